@@ -1,0 +1,69 @@
+# The two commands of the quick start:
+#   make run   start the local stack, seed a topic, run the worker until caught up,
+#              print what it wrote
+#   make test  install what is missing, start LocalStack and tansu, run every test
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+
+BROKER ?= dev
+SAMPLE ?= 5000
+CARGO ?= cargo
+BIN := target/debug/ingest
+RUN_DIR = $${INGEST_RUN:-$${TMPDIR:-/tmp}/ingest-stack}
+export AWS_ACCESS_KEY_ID ?= test
+export AWS_SECRET_ACCESS_KEY ?= test
+export AWS_REGION ?= us-east-1
+
+.SILENT: run stack tansu stop
+.PHONY: run test build stack tansu stop clean-stack fmt lint check
+
+build:
+	$(CARGO) build
+
+# Start LocalStack (and tansu when BROKER=tansu).
+stack:
+	bash localstack/start.sh
+	if [ "$(BROKER)" = tansu ]; then bash localstack/tansu.sh; fi
+
+run: build stack
+	if [ "$(BROKER)" = tansu ]; then
+	  brokers=127.0.0.1:9092
+	  $(BIN) create-topics --brokers $$brokers --topic orders:6 --topic ingest-dead-letters:1
+	else
+	  brokers=127.0.0.1:19092
+	  mkdir -p $(RUN_DIR)
+	  if [ -f $(RUN_DIR)/dev-broker.pid ]; then kill $$(cat $(RUN_DIR)/dev-broker.pid) 2>/dev/null || true; sleep 0.5; fi
+	  $(BIN) dev-broker --listen $$brokers --topic orders:6 --topic ingest-dead-letters:1 \
+	    > $(RUN_DIR)/dev-broker.log 2>&1 &
+	  echo $$! > $(RUN_DIR)/dev-broker.pid
+	  trap 'kill $$(cat $(RUN_DIR)/dev-broker.pid) 2>/dev/null; rm -f $(RUN_DIR)/dev-broker.pid' EXIT
+	  for i in $$(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/19092) 2>/dev/null && break; sleep 0.1; done
+	fi
+	$(BIN) produce --brokers $$brokers --topic orders --sample $(SAMPLE)
+	INGEST__KAFKA__BROKERS=$$brokers $(BIN) run --config config/local.toml --until-caught-up
+	$(BIN) show-table --table orders --limit 3 --endpoint-url http://127.0.0.1:4566
+
+# Everything the tests need, then every test (unit, then integration against
+# LocalStack and tansu, which the tests share).
+test: build stack tansu
+	$(CARGO) test -- --test-threads=2
+
+tansu:
+	bash localstack/tansu.sh
+
+stop:
+	bash localstack/stop.sh
+
+# Stop everything and wipe the durable broker's data.
+clean-stack: stop
+	rm -rf $(RUN_DIR)
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+check: lint test

@@ -1,0 +1,103 @@
+//! The shared offset tracker: writers ack from async tasks, the Kafka source
+//! thread tracks, commits and waits for drains.
+//!
+//! A mutex around the pure [`OffsetTracker`] plus a condition variable that is
+//! signalled on every ack, so the source thread (which is not async: it owns
+//! the librdkafka consumer and runs its rebalance callbacks) can block until a
+//! revoked partition's in-flight records are done, with a deadline.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::offsets::{OffsetError, OffsetTracker};
+
+/// Where a record sits: enough to ack it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRef {
+    pub topic: std::sync::Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    pub epoch: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Acks {
+    tracker: Mutex<OffsetTracker>,
+    changed: Condvar,
+}
+
+impl Acks {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Locks the tracker (for the source thread's bookkeeping).
+    pub fn lock(&self) -> MutexGuard<'_, OffsetTracker> {
+        self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks a record written or dead-lettered. Stale acks (a partition that
+    /// was revoked meanwhile) are refused and reported, never applied.
+    pub fn ack(&self, r: &RecordRef) -> Result<(), OffsetError> {
+        let result = self.lock().ack(&r.topic, r.partition, r.offset, r.epoch);
+        self.changed.notify_all();
+        result
+    }
+
+    /// Blocks until `done(tracker)` holds or `deadline` passes; returns
+    /// whether it held.
+    pub fn wait_until(&self, deadline: Instant, done: impl Fn(&OffsetTracker) -> bool) -> bool {
+        let mut guard = self.lock();
+        loop {
+            if done(&guard) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let wait = (deadline - now).min(Duration::from_millis(100));
+            guard = self
+                .changed
+                .wait_timeout(guard, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_waiter_wakes_when_the_last_ack_lands() {
+        let acks = Arc::new(Acks::new());
+        let epoch = acks.lock().assign("t", 0, None);
+        acks.lock().track("t", 0, 0).unwrap();
+        let r = RecordRef {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            epoch,
+        };
+        let writer = {
+            let acks = acks.clone();
+            std::thread::spawn(move || acks.ack(&r).unwrap())
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert!(acks.wait_until(deadline, |t| t.pending("t", 0) == 0));
+        writer.join().unwrap();
+        assert_eq!(acks.lock().watermark("t", 0), Some(1));
+    }
+
+    #[test]
+    fn a_waiter_gives_up_at_the_deadline() {
+        let acks = Acks::new();
+        acks.lock().assign("t", 0, None);
+        acks.lock().track("t", 0, 0).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        assert!(!acks.wait_until(deadline, |t| t.pending("t", 0) == 0));
+    }
+}

@@ -1,0 +1,291 @@
+//! The `ingest` command: parse arguments, load config, init logs, run, map
+//! the outcome to an exit code. `anyhow` lives here and nowhere else.
+//!
+//! Exit codes: 0 done (stopped and drained, or caught up); 1 fatal runtime
+//! error (nothing unwritten was committed); 2 bad config or usage; 3 stopped
+//! but the drain deadline passed (what was written is committed, the rest
+//! will be redelivered); 130 a second SIGINT/SIGTERM forced the exit.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use ingest::config::{DynamoSettings, LogFormat, LogSettings, Settings};
+use ingest::sink::dynamodb::Dynamo;
+use ingest::source::SourceExit;
+use ingest::{devbroker, telemetry, tools, worker};
+
+const EXIT_FATAL: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+const EXIT_DRAIN_TIMEOUT: u8 = 3;
+const EXIT_FORCED: i32 = 130;
+
+#[derive(Parser)]
+#[command(
+    name = "ingest",
+    version,
+    about = "Kafka -> DynamoDB, paced to the table's capacity, losing nothing"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the worker: consume, write, commit. Stops on SIGTERM/SIGINT.
+    Run {
+        /// The TOML config file (keys overridable by INGEST__* variables).
+        #[arg(long)]
+        config: PathBuf,
+        /// Batch-job mode: exit 0 once every assigned partition is written and
+        /// committed up to the end offsets seen when it was assigned.
+        #[arg(long)]
+        until_caught_up: bool,
+    },
+    /// Validate a config file and print the settings it yields.
+    CheckConfig {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run an embedded Kafka broker (librdkafka's mock cluster; in memory).
+    DevBroker {
+        /// Fixed address to serve the broker on.
+        #[arg(long, default_value = "127.0.0.1:19092")]
+        listen: SocketAddr,
+        /// Topics to create, as name:partitions.
+        #[arg(long = "topic", value_parser = parse_topic)]
+        topics: Vec<(String, i32)>,
+    },
+    /// Create topics through the admin API (existing ones are kept).
+    CreateTopics {
+        #[arg(long)]
+        brokers: String,
+        /// Topics to create, as name:partitions.
+        #[arg(long = "topic", value_parser = parse_topic, required = true)]
+        topics: Vec<(String, i32)>,
+    },
+    /// Produce sample order records, or the lines of a file, to a topic.
+    Produce {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        /// Number of sample records to produce.
+        #[arg(long, conflicts_with = "file")]
+        sample: Option<u64>,
+        /// First sample number (to produce distinct records in several runs).
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// A file whose every line is one record value.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Print how many items a table holds and a few of them.
+    ShowTable {
+        #[arg(long)]
+        table: String,
+        #[arg(long, default_value_t = 3)]
+        limit: usize,
+        /// DynamoDB endpoint (else AWS_ENDPOINT_URL or the region's).
+        #[arg(long)]
+        endpoint_url: Option<String>,
+    },
+}
+
+fn parse_topic(s: &str) -> Result<(String, i32), String> {
+    let (name, parts) = s.split_once(':').unwrap_or((s, "1"));
+    let parts: i32 = parts
+        .parse()
+        .map_err(|_| format!("`{s}`: partitions must be a number (name:partitions)"))?;
+    if name.is_empty() || parts < 1 {
+        return Err(format!(
+            "`{s}`: expected name:partitions with partitions >= 1"
+        ));
+    }
+    Ok((name.to_string(), parts))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FATAL);
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FATAL)
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    let human = LogSettings {
+        format: LogFormat::Human,
+        level: "info".into(),
+    };
+    match command {
+        Command::Run {
+            config,
+            until_caught_up,
+        } => run(config, until_caught_up).await,
+        Command::CheckConfig { config } => match Settings::load(&config, std::env::vars()) {
+            Ok(s) => {
+                println!("{s:#?}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(EXIT_CONFIG))
+            }
+        },
+        Command::DevBroker { listen, topics } => {
+            telemetry::init_logs(&human);
+            let broker = devbroker::DevBroker::start()?;
+            for (t, p) in &topics {
+                broker.create_topic(t, *p)?;
+            }
+            let shutdown = shutdown_on_signals();
+            devbroker::serve(&broker, listen, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CreateTopics { brokers, topics } => {
+            tools::create_topics(&brokers, &topics).await?;
+            println!(
+                "topics ready: {}",
+                topics
+                    .iter()
+                    .map(|(t, p)| format!("{t}:{p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Produce {
+            brokers,
+            topic,
+            sample,
+            start,
+            file,
+        } => {
+            let n = match (sample, file) {
+                (Some(n), None) => {
+                    let values = (start..start + n).map(|i| (None, tools::sample_record(i)));
+                    tools::produce(&brokers, &topic, values).await?
+                }
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    let values = text
+                        .lines()
+                        .filter(|l| !l.trim().is_empty())
+                        .map(|l| (None, l.to_string()));
+                    tools::produce(&brokers, &topic, values).await?
+                }
+                _ => bail!("give either --sample N or --file PATH"),
+            };
+            println!("produced {n} records to {topic}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ShowTable {
+            table,
+            limit,
+            endpoint_url,
+        } => {
+            let settings = DynamoSettings {
+                endpoint_url,
+                region: None,
+                request_timeout: std::time::Duration::from_secs(10),
+                max_in_flight_batches: 1,
+            };
+            let dynamo = Dynamo::connect(&settings).await;
+            let (count, items) = tools::show_table(&dynamo, &table, limit).await?;
+            println!("table {table}: {count} items");
+            for item in items {
+                println!("  {item}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn run(config: PathBuf, until_caught_up: bool) -> anyhow::Result<ExitCode> {
+    let settings = match Settings::load(&config, std::env::vars()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    telemetry::init_logs(&settings.log);
+    let shutdown = shutdown_on_signals();
+    let started = Instant::now();
+    match worker::run(settings, until_caught_up, shutdown).await {
+        Ok((exit, totals)) => {
+            let elapsed = started.elapsed().as_secs_f64();
+            let label = match exit {
+                SourceExit::Stopped => "stopped",
+                SourceExit::CaughtUp => "caught_up",
+                SourceExit::DrainTimedOut => "drain_timed_out",
+            };
+            let mut summary = serde_json::to_value(totals)?;
+            summary["exit"] = label.into();
+            summary["elapsed_s"] = serde_json::json!((elapsed * 1000.0).round() / 1000.0);
+            summary["records_per_s"] =
+                serde_json::json!((totals.records_consumed as f64 / elapsed.max(1e-3)).round());
+            tracing::info!(summary = %summary, "finished");
+            println!("{summary}");
+            Ok(match exit {
+                SourceExit::DrainTimedOut => ExitCode::from(EXIT_DRAIN_TIMEOUT),
+                _ => ExitCode::SUCCESS,
+            })
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "worker failed");
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(EXIT_FATAL))
+        }
+    }
+}
+
+/// A token cancelled by the first SIGTERM/SIGINT; a second one exits at once.
+fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
+        for round in 0..2 {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            if round == 0 {
+                t.cancel();
+            } else {
+                eprintln!("second signal: exiting without draining");
+                std::process::exit(EXIT_FORCED);
+            }
+        }
+    });
+    token
+}

@@ -1,0 +1,368 @@
+//! Per-partition offset watermarks: what may be committed, and nothing more.
+//!
+//! The Kafka source *tracks* every record it hands to the pipeline, in delivery
+//! order; the pipeline *acks* a record once its write (or its dead-letter
+//! publication) is acknowledged, in any order. The watermark of a partition is
+//! the offset to commit: **one past the last record of the contiguous acked
+//! prefix** (Kafka's convention: a committed offset is the next offset to read).
+//! It never passes a tracked record that is not yet acked.
+//!
+//! Offsets need not be contiguous (compaction and transaction markers leave
+//! holes): the tracker only reasons about the records it was given.
+//!
+//! Each assignment of a partition carries an `epoch`; acks from an older epoch
+//! (records of a partition that was revoked and maybe re-assigned since) are
+//! ignored, so a late write can never move the watermark of a new assignment.
+//!
+//! Deliberately not here: talking to Kafka, locking, waiting. The source wraps
+//! this state machine in a mutex and does the I/O.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// A topic-partition, by name and number.
+pub type TopicPartition = (String, i32);
+
+/// Why an ack or a track call was refused. Refusals are not fatal for the
+/// worker (they happen around rebalances); they are reported for telemetry
+/// and tests.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetError {
+    #[error("partition {0}/{1} is not assigned")]
+    NotAssigned(String, i32),
+    #[error("ack for {0}/{1} from epoch {2}, current epoch is {3}")]
+    StaleEpoch(String, i32, u64, u64),
+    #[error("offset {2} of {0}/{1} was not tracked or was already acked")]
+    Unknown(String, i32, i64),
+    #[error("offset {2} of {0}/{1} is not after the last tracked offset {3}")]
+    OutOfOrder(String, i32, i64, i64),
+}
+
+/// State of one assigned partition.
+#[derive(Debug, Clone)]
+struct Partition {
+    epoch: u64,
+    /// Tracked records not yet below the watermark: (offset, acked).
+    pending: VecDeque<(i64, bool)>,
+    /// Next offset to commit, if known (from the broker at assignment, or acks).
+    watermark: Option<i64>,
+    /// Last offset successfully committed to the broker.
+    committed: Option<i64>,
+    /// Highest offset ever tracked in this epoch.
+    last_tracked: Option<i64>,
+}
+
+/// The watermarks of every assigned partition.
+#[derive(Debug, Default, Clone)]
+pub struct OffsetTracker {
+    partitions: BTreeMap<TopicPartition, Partition>,
+    next_epoch: u64,
+}
+
+impl OffsetTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts tracking a newly assigned partition and returns its epoch.
+    /// `committed` is the offset the group had committed, if any.
+    pub fn assign(&mut self, topic: &str, partition: i32, committed: Option<i64>) -> u64 {
+        self.next_epoch += 1;
+        let epoch = self.next_epoch;
+        let state = Partition {
+            epoch,
+            pending: VecDeque::new(),
+            watermark: committed,
+            committed,
+            last_tracked: None,
+        };
+        self.partitions
+            .insert((topic.to_string(), partition), state);
+        epoch
+    }
+
+    /// Forgets a revoked partition; later acks for it are ignored.
+    pub fn revoke(&mut self, topic: &str, partition: i32) {
+        self.partitions.remove(&(topic.to_string(), partition));
+    }
+
+    /// Sets the committed (and, if nothing is pending, watermark) offset of a
+    /// partition learnt from the broker after assignment.
+    pub fn set_committed_from_broker(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Some(p) = self.partitions.get_mut(&(topic.to_string(), partition)) {
+            p.committed = Some(offset);
+            if p.pending.is_empty() && p.last_tracked.is_none() {
+                p.watermark = Some(offset);
+            }
+        }
+    }
+
+    /// Epoch of the current assignment of a partition.
+    pub fn epoch(&self, topic: &str, partition: i32) -> Option<u64> {
+        self.get(topic, partition).map(|p| p.epoch)
+    }
+
+    /// Records that `offset` was handed to the pipeline. Offsets must grow.
+    pub fn track(&mut self, topic: &str, partition: i32, offset: i64) -> Result<u64, OffsetError> {
+        let p = self.get_mut(topic, partition)?;
+        if let Some(last) = p.last_tracked {
+            if offset <= last {
+                return Err(OffsetError::OutOfOrder(
+                    topic.into(),
+                    partition,
+                    offset,
+                    last,
+                ));
+            }
+        }
+        p.last_tracked = Some(offset);
+        p.pending.push_back((offset, false));
+        Ok(p.epoch)
+    }
+
+    /// Forgets tracked records at or after `offset` that are not acked (records
+    /// the source will never deliver, e.g. held back when a partition is revoked).
+    pub fn untrack_from(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Ok(p) = self.get_mut(topic, partition) {
+            while matches!(p.pending.back(), Some(&(o, false)) if o >= offset) {
+                p.pending.pop_back();
+            }
+            p.last_tracked = p
+                .pending
+                .back()
+                .map(|&(o, _)| o)
+                .or(p.watermark.map(|w| w - 1));
+        }
+    }
+
+    /// Marks a record written; advances the watermark over the acked prefix.
+    pub fn ack(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        epoch: u64,
+    ) -> Result<(), OffsetError> {
+        let p = self.get_mut(topic, partition)?;
+        if p.epoch != epoch {
+            return Err(OffsetError::StaleEpoch(
+                topic.into(),
+                partition,
+                epoch,
+                p.epoch,
+            ));
+        }
+        let idx = p
+            .pending
+            .binary_search_by_key(&offset, |&(o, _)| o)
+            .map_err(|_| OffsetError::Unknown(topic.into(), partition, offset))?;
+        if p.pending[idx].1 {
+            return Err(OffsetError::Unknown(topic.into(), partition, offset));
+        }
+        p.pending[idx].1 = true;
+        while let Some(&(o, true)) = p.pending.front() {
+            p.watermark = Some(o + 1);
+            p.pending.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Number of tracked records not yet acked, for a partition.
+    pub fn pending(&self, topic: &str, partition: i32) -> usize {
+        self.get(topic, partition)
+            .map_or(0, |p| p.pending.iter().filter(|(_, done)| !done).count())
+    }
+
+    /// Number of tracked records not yet acked, over every partition.
+    pub fn pending_total(&self) -> usize {
+        self.partitions
+            .keys()
+            .map(|(t, p)| self.pending(t, *p))
+            .sum()
+    }
+
+    /// The next offset to commit for a partition, if any record was acked or
+    /// the broker told us a committed offset.
+    pub fn watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.get(topic, partition).and_then(|p| p.watermark)
+    }
+
+    /// The last offset committed to the broker for a partition.
+    pub fn committed(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.get(topic, partition).and_then(|p| p.committed)
+    }
+
+    /// Partitions whose watermark moved past their committed offset.
+    pub fn to_commit(&self) -> Vec<(TopicPartition, i64)> {
+        self.partitions
+            .iter()
+            .filter_map(|(tp, p)| match (p.watermark, p.committed) {
+                (Some(w), Some(c)) if w <= c => None,
+                (Some(w), _) => Some((tp.clone(), w)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Records that the broker accepted a commit of `offset`.
+    pub fn mark_committed(&mut self, topic: &str, partition: i32, offset: i64) {
+        if let Ok(p) = self.get_mut(topic, partition) {
+            p.committed = Some(p.committed.map_or(offset, |c| c.max(offset)));
+        }
+    }
+
+    /// Every assigned partition.
+    pub fn assigned(&self) -> Vec<TopicPartition> {
+        self.partitions.keys().cloned().collect()
+    }
+
+    fn get(&self, topic: &str, partition: i32) -> Option<&Partition> {
+        self.partitions.get(&(topic.to_string(), partition))
+    }
+
+    fn get_mut(&mut self, topic: &str, partition: i32) -> Result<&mut Partition, OffsetError> {
+        self.partitions
+            .get_mut(&(topic.to_string(), partition))
+            .ok_or_else(|| OffsetError::NotAssigned(topic.into(), partition))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn committed_offset_is_last_written_plus_one() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, None);
+        t.track("t", 0, 41).unwrap();
+        t.ack("t", 0, 41, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(42));
+        assert_eq!(t.to_commit(), vec![(("t".into(), 0), 42)]);
+        t.mark_committed("t", 0, 42);
+        assert!(t.to_commit().is_empty());
+    }
+
+    #[test]
+    fn watermark_waits_for_the_gap() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, Some(10));
+        for o in 10..15 {
+            t.track("t", 0, o).unwrap();
+        }
+        t.ack("t", 0, 12, e).unwrap();
+        t.ack("t", 0, 14, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(10), "10 is not written yet");
+        t.ack("t", 0, 10, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(11));
+        t.ack("t", 0, 11, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(13));
+        t.ack("t", 0, 13, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(15));
+        assert_eq!(t.pending("t", 0), 0);
+    }
+
+    #[test]
+    fn holes_in_offsets_are_not_gaps() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, None);
+        t.track("t", 0, 5).unwrap();
+        t.track("t", 0, 9).unwrap();
+        t.ack("t", 0, 9, e).unwrap();
+        t.ack("t", 0, 5, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(10));
+    }
+
+    #[test]
+    fn stale_epoch_and_revoked_acks_are_ignored() {
+        let mut t = OffsetTracker::new();
+        let old = t.assign("t", 0, None);
+        t.track("t", 0, 0).unwrap();
+        t.revoke("t", 0);
+        assert!(matches!(
+            t.ack("t", 0, 0, old),
+            Err(OffsetError::NotAssigned(..))
+        ));
+        let new = t.assign("t", 0, Some(0));
+        t.track("t", 0, 0).unwrap();
+        assert!(matches!(
+            t.ack("t", 0, 0, old),
+            Err(OffsetError::StaleEpoch(..))
+        ));
+        assert_eq!(t.watermark("t", 0), Some(0));
+        t.ack("t", 0, 0, new).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(1));
+    }
+
+    #[test]
+    fn double_ack_and_out_of_order_track_are_refused() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, None);
+        t.track("t", 0, 3).unwrap();
+        t.track("t", 0, 4).unwrap();
+        t.ack("t", 0, 4, e).unwrap();
+        assert!(t.ack("t", 0, 4, e).is_err());
+        assert!(t.track("t", 0, 4).is_err());
+        assert!(t.ack("t", 0, 7, e).is_err());
+    }
+
+    #[test]
+    fn untrack_drops_held_records_so_drain_can_finish() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, None);
+        for o in 0..5 {
+            t.track("t", 0, o).unwrap();
+        }
+        t.ack("t", 0, 0, e).unwrap();
+        t.untrack_from("t", 0, 3);
+        assert_eq!(t.pending("t", 0), 2);
+        t.ack("t", 0, 1, e).unwrap();
+        t.ack("t", 0, 2, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(3));
+        t.track("t", 0, 3).unwrap();
+    }
+
+    proptest! {
+        /// Random offsets (with holes), random completion order: the watermark
+        /// never passes an unacked record, and ends at last offset + 1.
+        #[test]
+        fn watermark_never_passes_a_gap(
+            steps in proptest::collection::vec(1i64..4, 1..60),
+            order in any::<proptest::sample::Index>(),
+            seed in any::<u64>(),
+        ) {
+            let mut offsets = Vec::new();
+            let mut o = 0;
+            for s in steps { o += s; offsets.push(o); }
+            let mut t = OffsetTracker::new();
+            let e = t.assign("t", 1, None);
+            for &o in &offsets { t.track("t", 1, o).unwrap(); }
+            // A seeded shuffle of the completion order.
+            let mut completion = offsets.clone();
+            let mut x = seed ^ order.index(usize::MAX) as u64;
+            for i in (1..completion.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                completion.swap(i, (x >> 33) as usize % (i + 1));
+            }
+            let mut acked = std::collections::BTreeSet::new();
+            for &o in &completion {
+                t.ack("t", 1, o, e).unwrap();
+                acked.insert(o);
+                if let Some(w) = t.watermark("t", 1) {
+                    // Every tracked offset below the watermark is acked.
+                    for &x in offsets.iter().filter(|&&x| x < w) {
+                        prop_assert!(acked.contains(&x));
+                    }
+                    // The watermark sits right after an acked record.
+                    prop_assert!(acked.contains(&(w - 1)));
+                    // The first unacked record is at or after the watermark.
+                    if let Some(&first) = offsets.iter().find(|x| !acked.contains(x)) {
+                        prop_assert!(first >= w);
+                    }
+                }
+            }
+            prop_assert_eq!(t.watermark("t", 1), Some(*offsets.last().unwrap() + 1));
+            prop_assert_eq!(t.pending("t", 1), 0);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The DynamoDB client: built with the SDK's own retries **disabled** (one
+//! layer retries: ours, so the backoff sees every throttle), and the only place
+//! where `SdkError`s are classified into [`WriteError`]s.
+//!
+//! Endpoint and region come from the config or the standard AWS environment
+//! (`AWS_ENDPOINT_URL`, `AWS_REGION`); credentials from the default provider
+//! chain, never from our config, never logged.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    KeyType as DdbKeyType, PutRequest, ReturnConsumedCapacity, ScalarAttributeType, WriteRequest,
+};
+use aws_sdk_dynamodb::Client;
+
+use super::WriteError;
+use crate::config::DynamoSettings;
+use crate::decode::{Item, KeyAttr, KeySchema, KeyType};
+
+/// Error codes DynamoDB uses for capacity throttling.
+const THROTTLE_CODES: &[&str] = &[
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+];
+/// Error codes that say the request can never succeed as sent.
+const REJECT_CODES: &[&str] = &[
+    "ValidationException",
+    "ItemCollectionSizeLimitExceededException",
+    "SerializationException",
+];
+/// Error codes that are transient despite a 4xx status.
+const RETRY_CODES: &[&str] = &[
+    "ExpiredTokenException",
+    "TransactionConflictException",
+    "ReplicatedWriteConflictException",
+];
+
+/// The outcome of one BatchWriteItem call that DynamoDB answered with 200.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Items DynamoDB did not write (capacity), to send again.
+    pub unprocessed: Vec<Item>,
+    /// Write capacity DynamoDB reports consumed, when it reports it.
+    pub consumed_wcu: Option<f64>,
+}
+
+/// A DynamoDB client for the write path.
+#[derive(Debug, Clone)]
+pub struct Dynamo {
+    client: Client,
+    endpoint: String,
+}
+
+impl Dynamo {
+    /// Builds the client from the AWS environment plus our overrides.
+    pub async fn connect(settings: &DynamoSettings) -> Dynamo {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(region) = &settings.region {
+            loader = loader.region(aws_config::Region::new(region.clone()));
+        }
+        let shared = loader.load().await;
+        let mut builder = aws_sdk_dynamodb::config::Builder::from(&shared)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .operation_attempt_timeout(settings.request_timeout)
+                    .connect_timeout(
+                        settings
+                            .request_timeout
+                            .min(std::time::Duration::from_secs(5)),
+                    )
+                    .build(),
+            );
+        if let Some(url) = &settings.endpoint_url {
+            builder = builder.endpoint_url(url);
+        }
+        let endpoint = settings
+            .endpoint_url
+            .clone()
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL_DYNAMODB").ok())
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+            .unwrap_or_else(|| {
+                let region = shared
+                    .region()
+                    .map_or("<no region>".into(), |r| r.to_string());
+                format!("dynamodb.{region}.amazonaws.com")
+            });
+        Dynamo {
+            client: Client::from_conf(builder.build()),
+            endpoint,
+        }
+    }
+
+    /// The underlying SDK client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Where requests go, for error messages.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Reads a table's key schema with DescribeTable.
+    pub async fn key_schema(&self, table: &str) -> Result<KeySchema, WriteError> {
+        let out = self
+            .client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| self.classify(e, &format!("DescribeTable {table}")))?;
+        let desc = out.table().ok_or_else(|| {
+            WriteError::Fatal(format!("DescribeTable {table}: no table description"))
+        })?;
+        let types: HashMap<&str, KeyType> = desc
+            .attribute_definitions()
+            .iter()
+            .map(|d| {
+                let kind = match d.attribute_type() {
+                    ScalarAttributeType::N => KeyType::N,
+                    ScalarAttributeType::B => KeyType::B,
+                    _ => KeyType::S,
+                };
+                (d.attribute_name(), kind)
+            })
+            .collect();
+        let attr = |role: DdbKeyType| {
+            desc.key_schema()
+                .iter()
+                .find(|k| k.key_type() == &role)
+                .map(|k| KeyAttr {
+                    name: k.attribute_name().to_string(),
+                    kind: types.get(k.attribute_name()).copied().unwrap_or(KeyType::S),
+                })
+        };
+        let hash = attr(DdbKeyType::Hash)
+            .ok_or_else(|| WriteError::Fatal(format!("table {table} has no partition key")))?;
+        Ok(KeySchema {
+            hash,
+            range: attr(DdbKeyType::Range),
+        })
+    }
+
+    /// One BatchWriteItem call (at most 25 puts) for one table.
+    pub async fn batch_write(
+        &self,
+        table: &str,
+        items: Vec<Item>,
+    ) -> Result<BatchOutcome, WriteError> {
+        let requests = items
+            .into_iter()
+            .map(|item| {
+                let put = PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .expect("item is set");
+                WriteRequest::builder().put_request(put).build()
+            })
+            .collect();
+        let out = self
+            .client
+            .batch_write_item()
+            .request_items(table, requests)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| self.classify(e, &format!("BatchWriteItem {table}")))?;
+        let unprocessed = out
+            .unprocessed_items()
+            .and_then(|m| m.get(table))
+            .map(|reqs| {
+                reqs.iter()
+                    .filter_map(|r| r.put_request().map(|p| p.item().clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let consumed_wcu = out
+            .consumed_capacity()
+            .iter()
+            .filter_map(|c| c.capacity_units())
+            .reduce(|a, b| a + b);
+        Ok(BatchOutcome {
+            unprocessed,
+            consumed_wcu,
+        })
+    }
+
+    /// Classifies an SDK error; `what` names the call for the message.
+    fn classify<E>(&self, err: SdkError<E>, what: &str) -> WriteError
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let detail = |e: &dyn std::fmt::Display| format!("{what} at {}: {e}", self.endpoint);
+        match &err {
+            SdkError::ConstructionFailure(_) => {
+                WriteError::Fatal(detail(&DisplayErrorContext(&err)))
+            }
+            SdkError::TimeoutError(_)
+            | SdkError::DispatchFailure(_)
+            | SdkError::ResponseError(_) => {
+                WriteError::Retryable(detail(&DisplayErrorContext(&err)))
+            }
+            SdkError::ServiceError(ctx) => {
+                let status = ctx.raw().status().as_u16();
+                let code = err.code().unwrap_or("");
+                let message = err.message().unwrap_or("");
+                let text = detail(&format!("HTTP {status} {code}: {message}"));
+                classify_service(status, code, text)
+            }
+            _ => WriteError::Retryable(detail(&DisplayErrorContext(&err))),
+        }
+    }
+}
+
+/// The decision table for errors DynamoDB answered.
+fn classify_service(status: u16, code: &str, text: String) -> WriteError {
+    if THROTTLE_CODES.contains(&code) || status == 429 {
+        WriteError::Throttled(text)
+    } else if REJECT_CODES.contains(&code) {
+        WriteError::Rejected(text)
+    } else if RETRY_CODES.contains(&code) || status >= 500 {
+        WriteError::Retryable(text)
+    } else {
+        WriteError::Fatal(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_errors_map_to_what_the_caller_does_next() {
+        let c = |s, code: &str| classify_service(s, code, String::new());
+        assert!(matches!(
+            c(400, "ProvisionedThroughputExceededException"),
+            WriteError::Throttled(_)
+        ));
+        assert!(matches!(
+            c(400, "ThrottlingException"),
+            WriteError::Throttled(_)
+        ));
+        assert!(matches!(
+            c(400, "ValidationException"),
+            WriteError::Rejected(_)
+        ));
+        assert!(matches!(
+            c(500, "InternalServerError"),
+            WriteError::Retryable(_)
+        ));
+        assert!(matches!(c(503, ""), WriteError::Retryable(_)));
+        assert!(matches!(
+            c(400, "ResourceNotFoundException"),
+            WriteError::Fatal(_)
+        ));
+        assert!(matches!(
+            c(400, "UnrecognizedClientException"),
+            WriteError::Fatal(_)
+        ));
+        assert!(matches!(
+            c(400, "AccessDeniedException"),
+            WriteError::Fatal(_)
+        ));
+    }
+}

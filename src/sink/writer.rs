@@ -1,0 +1,198 @@
+//! The write loop of one batch: BatchWriteItem until every item is written.
+//!
+//! - `UnprocessedItems` are matched back to their slots by key and only they
+//!   are sent again, after a backoff; items already written are never resent.
+//! - Throttles and transient failures back off and retry the same items.
+//! - A rejection (ValidationException) of a multi-item call is isolated: each
+//!   slot is written alone, and a slot that merged several records with the
+//!   same key is replayed record by record, so only the record DynamoDB
+//!   refuses is dead-lettered, with DynamoDB's message as the reason.
+//! - A fatal error stops the loop; nothing it did not write is acked.
+//!
+//! Every written or dead-lettered record is acked to the offset tracker.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tracing::{debug, warn};
+
+use super::batch::{Entry, Slot};
+use super::dynamodb::Dynamo;
+use super::WriteError;
+use crate::acks::Acks;
+use crate::backoff::Exponential;
+use crate::config::BackoffSettings;
+use crate::decode::{key_of, KeySchema};
+use crate::dlq::DeadLetters;
+use crate::telemetry::Counters;
+
+/// Dead-letter reason for records DynamoDB itself rejects.
+pub const REJECTED_REASON: &str = "dynamodb_rejected";
+
+/// Everything a batch write needs; cheap to clone into a task.
+#[derive(Clone)]
+pub struct Writer {
+    pub dynamo: Dynamo,
+    pub acks: Arc<Acks>,
+    pub dlq: DeadLetters,
+    pub counters: Arc<Counters>,
+    pub backoff: BackoffSettings,
+}
+
+/// A fatal error, with the table it happened on.
+#[derive(Debug, thiserror::Error)]
+#[error("table {table}: {source}")]
+pub struct FatalWrite {
+    pub table: String,
+    pub source: WriteError,
+}
+
+impl Writer {
+    /// Writes every slot of a batch (or dead-letters what DynamoDB rejects).
+    pub async fn write(
+        &self,
+        table: &str,
+        schema: &KeySchema,
+        slots: Vec<Slot>,
+        seed: u64,
+    ) -> Result<(), FatalWrite> {
+        let fatal = |source| FatalWrite {
+            table: table.to_string(),
+            source,
+        };
+        match self.write_until_done(table, schema, slots, seed).await {
+            Ok(None) => Ok(()),
+            Ok(Some((rejected, why))) => self
+                .isolate(table, schema, rejected, why, seed)
+                .await
+                .map_err(fatal),
+            Err(e) => Err(fatal(e)),
+        }
+    }
+
+    /// Retries until every slot is written. Returns the slots left when
+    /// DynamoDB rejected the call, with its message.
+    async fn write_until_done(
+        &self,
+        table: &str,
+        schema: &KeySchema,
+        mut remaining: Vec<Slot>,
+        seed: u64,
+    ) -> Result<Option<(Vec<Slot>, String)>, WriteError> {
+        let mut backoff = Exponential::new(self.backoff.clone(), seed);
+        let c = &self.counters;
+        while !remaining.is_empty() {
+            let items = remaining.iter().map(|s| s.item().clone()).collect();
+            Counters::add(&c.requests, 1);
+            let delay = match self.dynamo.batch_write(table, items).await {
+                Ok(outcome) => {
+                    let left = unprocessed_keys(&outcome.unprocessed, schema);
+                    let (todo, done): (Vec<Slot>, Vec<Slot>) = remaining
+                        .into_iter()
+                        .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
+                    self.written(&done);
+                    remaining = todo;
+                    if remaining.is_empty() {
+                        backoff.on_success();
+                        continue;
+                    }
+                    Counters::add(&c.throttled_requests, 1);
+                    Counters::add(&c.unprocessed_items, remaining.len() as u64);
+                    backoff.on_failure()
+                }
+                Err(WriteError::Throttled(m)) => {
+                    Counters::add(&c.throttled_requests, 1);
+                    debug!(table, error = %m, "throttled");
+                    backoff.on_failure()
+                }
+                Err(WriteError::Retryable(m)) => {
+                    Counters::add(&c.retryable_errors, 1);
+                    let d = backoff.on_failure();
+                    warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
+                    d
+                }
+                Err(WriteError::Rejected(m)) => return Ok(Some((remaining, m))),
+                Err(fatal @ WriteError::Fatal(_)) => return Err(fatal),
+            };
+            tokio::time::sleep(delay).await;
+        }
+        Ok(None)
+    }
+
+    /// Writes rejected slots one record at a time; dead-letters the records
+    /// DynamoDB still rejects on their own.
+    async fn isolate(
+        &self,
+        table: &str,
+        schema: &KeySchema,
+        slots: Vec<Slot>,
+        why: String,
+        seed: u64,
+    ) -> Result<(), WriteError> {
+        let singles: Vec<Entry> = slots.into_iter().flat_map(|s| s.entries).collect();
+        let alone = singles.len() == 1;
+        for (i, entry) in singles.into_iter().enumerate() {
+            let slot = vec![Slot {
+                key: entry.decoded.key.clone(),
+                entries: vec![entry],
+            }];
+            let rejected = if alone {
+                Some((slot, why.clone()))
+            } else {
+                self.write_until_done(table, schema, slot, seed.wrapping_add(i as u64))
+                    .await?
+            };
+            if let Some((mut slot, message)) = rejected {
+                let entry = slot
+                    .pop()
+                    .and_then(|s| s.entries.into_iter().next())
+                    .expect("one entry");
+                self.dead_letter(&entry, REJECTED_REASON, &message).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Dead-letters one record and acks it once the broker confirmed.
+    pub async fn dead_letter(&self, entry: &Entry, reason: &str, detail: &str) {
+        self.dead_letter_record(&entry.record, reason, detail).await;
+    }
+
+    /// Dead-letters a record (decoded or not) and acks it.
+    pub async fn dead_letter_record(
+        &self,
+        record: &crate::source::Record,
+        reason: &str,
+        detail: &str,
+    ) {
+        warn!(reason, detail, topic = %record.at.topic, partition = record.at.partition,
+            offset = record.at.offset, "record dead-lettered");
+        self.dlq.send(record, reason, detail).await;
+        Counters::add(&self.counters.dead_lettered, 1);
+        self.ack(record);
+    }
+
+    fn written(&self, slots: &[Slot]) {
+        let c = &self.counters;
+        for slot in slots {
+            Counters::add(&c.items_written, 1);
+            Counters::add(&c.wcu_written, slot.wcu() as u64);
+            Counters::add(&c.superseded, slot.entries.len() as u64 - 1);
+            for e in &slot.entries {
+                self.ack(&e.record);
+            }
+        }
+    }
+
+    fn ack(&self, record: &crate::source::Record) {
+        if let Err(e) = self.acks.ack(&record.at) {
+            debug!(error = %e, "ack ignored (partition revoked meanwhile)");
+        }
+    }
+}
+
+/// Keys of the unprocessed items; `None` when one cannot be matched (then
+/// every remaining slot is treated as unprocessed: resending is safe).
+fn unprocessed_keys(items: &[crate::decode::Item], schema: &KeySchema) -> Option<HashSet<String>> {
+    items.iter().map(|i| key_of(i, schema)).collect()
+}

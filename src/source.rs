@@ -1,0 +1,548 @@
+//! The Kafka source: one thread that owns the consumer.
+//!
+//! It polls the consumer group, tracks every record it forwards (in delivery
+//! order) and hands records to the async pipeline through a bounded channel.
+//! When the channel is full it **pauses** its partitions and keeps polling, so
+//! a slow table never makes it miss `max.poll.interval.ms`. It commits the
+//! acked watermarks periodically, on revocation (after draining the revoked
+//! partitions' in-flight records), and at shutdown.
+//!
+//! It is a thread, not a task, because librdkafka runs rebalance callbacks
+//! inside `poll`, and a revocation must block until the writes of the revoked
+//! partitions are acknowledged. Deliberately not here: decoding and writing.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::acks::{Acks, RecordRef};
+use crate::config::KafkaSettings;
+use crate::offsets::{OffsetTracker, TopicPartition};
+use crate::telemetry::Counters;
+
+/// A consumed record and where to ack it.
+#[derive(Debug)]
+pub struct Record {
+    pub msg: OwnedMessage,
+    pub at: RecordRef,
+}
+
+/// Why the source stopped (when it stopped without an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceExit {
+    /// Asked to stop; everything in flight was written and committed.
+    Stopped,
+    /// `--until-caught-up`: every assigned partition is committed up to its end.
+    CaughtUp,
+    /// Asked to stop, but the drain deadline passed with records in flight;
+    /// what was written is committed, the rest will be redelivered.
+    DrainTimedOut,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot reach Kafka at {brokers}: {cause}")]
+    Unreachable { brokers: String, cause: KafkaError },
+    #[error("topics missing on the Kafka cluster at {brokers}: {topics:?} (create them first)")]
+    MissingTopics {
+        brokers: String,
+        topics: Vec<String>,
+    },
+    #[error("kafka consumer: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("the pipeline stopped before the source")]
+    PipelineClosed,
+}
+
+/// What the source needs to run.
+#[derive(Debug, Clone)]
+pub struct SourceOptions {
+    pub kafka: KafkaSettings,
+    pub topics: Vec<String>,
+    pub until_caught_up: bool,
+    pub drain_timeout: Duration,
+}
+
+/// Builds the consumer configuration: ours first, then the pass-through
+/// properties (validation refused those we must own).
+pub fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", &kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    for (k, v) in &kafka.properties {
+        cfg.set(k, v);
+    }
+    cfg
+}
+
+struct Ctx {
+    acks: Arc<Acks>,
+    held: Mutex<VecDeque<Record>>,
+    paused: AtomicBool,
+    closing: AtomicBool,
+    assigned_once: AtomicBool,
+    drain_timeout: Duration,
+    /// End offset seen at assignment, per partition; absent until learnt.
+    targets: Mutex<HashMap<TopicPartition, i64>>,
+    /// Partitions whose start position and end offset are still to be learnt.
+    to_learn: Mutex<Vec<TopicPartition>>,
+    counters: Arc<Counters>,
+}
+
+impl ClientContext for Ctx {}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => self.on_revoke(consumer, tpl),
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+            Rebalance::Assign(_) => {}
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let tps = tps_of(tpl);
+            {
+                let mut tracker = self.acks.lock();
+                for (t, p) in &tps {
+                    tracker.assign(t, *p, None);
+                }
+            }
+            self.to_learn.lock().unwrap().extend(tps.iter().cloned());
+            if self.paused.load(SeqCst) {
+                let _ = consumer.pause(tpl);
+            }
+            self.assigned_once.store(true, SeqCst);
+            info!(partitions = %fmt_tps(&tps), "partitions assigned");
+        }
+    }
+}
+
+impl Ctx {
+    /// Drains the revoked partitions' in-flight records, commits, forgets them.
+    fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let tps = tps_of(tpl);
+        self.drop_held(|t, p| tps.iter().any(|(tt, pp)| tt == t && *pp == p));
+        let wait = if self.closing.load(SeqCst) {
+            Duration::ZERO
+        } else {
+            self.drain_timeout
+        };
+        let drained = self.acks.wait_until(Instant::now() + wait, |t| {
+            tps.iter().all(|(topic, p)| t.pending(topic, *p) == 0)
+        });
+        if !drained {
+            warn!(partitions = %fmt_tps(&tps), "revoked partitions not drained in time; unwritten records will be redelivered to the next owner");
+        }
+        if consumer.assignment_lost() {
+            warn!("assignment lost (session timed out): not committing revoked partitions");
+        } else if let Err(e) = commit(consumer, &self.acks, &self.counters, Some(&tps)) {
+            warn!(error = %e, "commit on revocation failed");
+        }
+        let mut tracker = self.acks.lock();
+        let mut targets = self.targets.lock().unwrap();
+        for (t, p) in &tps {
+            tracker.revoke(t, *p);
+            targets.remove(&(t.clone(), *p));
+        }
+        info!(partitions = %fmt_tps(&tps), "partitions revoked");
+    }
+
+    /// Drops held (not yet forwarded) records matching `which`, untracking them.
+    fn drop_held(&self, which: impl Fn(&str, i32) -> bool) {
+        let mut held = self.held.lock().unwrap();
+        let mut tracker = self.acks.lock();
+        held.retain(|r| {
+            let drop = which(&r.at.topic, r.at.partition);
+            if drop {
+                tracker.untrack_from(&r.at.topic, r.at.partition, r.at.offset);
+            }
+            !drop
+        });
+    }
+}
+
+/// Runs the source until stopped, caught up, or failed. Blocking: call it
+/// from a dedicated thread.
+pub fn run(
+    opts: SourceOptions,
+    tx: mpsc::Sender<Record>,
+    acks: Arc<Acks>,
+    counters: Arc<Counters>,
+    stop: CancellationToken,
+    abort: CancellationToken,
+) -> Result<SourceExit, SourceError> {
+    let ctx = Ctx {
+        acks: acks.clone(),
+        held: Mutex::new(VecDeque::new()),
+        paused: AtomicBool::new(false),
+        closing: AtomicBool::new(false),
+        assigned_once: AtomicBool::new(false),
+        drain_timeout: opts.drain_timeout,
+        targets: Mutex::new(HashMap::new()),
+        to_learn: Mutex::new(Vec::new()),
+        counters: counters.clone(),
+    };
+    let consumer: BaseConsumer<Ctx> = consumer_config(&opts.kafka).create_with_context(ctx)?;
+    check_topics(&consumer, &opts)?;
+    let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    let mut poller = Poller {
+        consumer,
+        opts,
+        tx,
+        counters,
+        next_commit: Instant::now(),
+        abort,
+    };
+    let exit = poller.run_loop(&stop);
+    let result = match exit {
+        Ok(SourceExit::CaughtUp) => Ok(SourceExit::CaughtUp),
+        Ok(_) => Ok(poller.drain()),
+        Err(e) => {
+            poller.drain();
+            Err(e)
+        }
+    };
+    poller.consumer.context().closing.store(true, SeqCst);
+    poller.consumer.unsubscribe();
+    result
+}
+
+fn check_topics(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Result<(), SourceError> {
+    let brokers = opts.kafka.brokers.clone();
+    let md = consumer
+        .fetch_metadata(None, opts.kafka.metadata_timeout)
+        .map_err(|cause| SourceError::Unreachable {
+            brokers: brokers.clone(),
+            cause,
+        })?;
+    let present: Vec<&str> = md
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.name())
+        .collect();
+    let wanted = opts.topics.iter().chain([&opts.kafka.dead_letter_topic]);
+    let missing: Vec<String> = wanted
+        .filter(|t| !present.contains(&t.as_str()))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(SourceError::MissingTopics {
+            brokers,
+            topics: missing,
+        })
+    }
+}
+
+struct Poller {
+    consumer: BaseConsumer<Ctx>,
+    opts: SourceOptions,
+    tx: mpsc::Sender<Record>,
+    counters: Arc<Counters>,
+    next_commit: Instant,
+    /// Set when the pipeline died: draining cannot make progress, skip it.
+    abort: CancellationToken,
+}
+
+impl Poller {
+    fn ctx(&self) -> &Ctx {
+        self.consumer.context()
+    }
+
+    fn run_loop(&mut self, stop: &CancellationToken) -> Result<SourceExit, SourceError> {
+        loop {
+            if stop.is_cancelled() {
+                return Ok(SourceExit::Stopped);
+            }
+            self.forward_held()?;
+            self.set_paused(!self.ctx().held.lock().unwrap().is_empty())?;
+            let timeout = Duration::from_millis(if self.ctx().paused.load(SeqCst) {
+                20
+            } else {
+                100
+            });
+            match self.consumer.poll(timeout) {
+                Some(Ok(m)) => self.accept(m.detach()),
+                Some(Err(e)) => warn!(error = %e, "kafka consumer error"),
+                None => {}
+            }
+            self.learn_positions();
+            if Instant::now() >= self.next_commit {
+                self.commit_now(None);
+            }
+            if self.opts.until_caught_up && self.caught_up() {
+                self.commit_now(None);
+                if self.committed_to_end() {
+                    info!("caught up: every assigned partition is committed up to its end offset");
+                    return Ok(SourceExit::CaughtUp);
+                }
+            }
+        }
+    }
+
+    /// Tracks a fresh record and queues it for the pipeline.
+    fn accept(&self, msg: OwnedMessage) {
+        let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
+        let epoch = match self.ctx().acks.lock().track(&topic, partition, offset) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(error = %e, "record from an untracked partition, not forwarded (it will be redelivered)");
+                return;
+            }
+        };
+        Counters::add(&self.counters.records_consumed, 1);
+        let at = RecordRef {
+            topic: topic.into(),
+            partition,
+            offset,
+            epoch,
+        };
+        self.ctx()
+            .held
+            .lock()
+            .unwrap()
+            .push_back(Record { msg, at });
+    }
+
+    /// Hands held records to the pipeline until its channel is full.
+    fn forward_held(&self) -> Result<(), SourceError> {
+        let mut held = self.ctx().held.lock().unwrap();
+        while let Some(rec) = held.pop_front() {
+            match self.tx.try_send(rec) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(rec)) => {
+                    held.push_front(rec);
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(rec)) => {
+                    held.push_front(rec);
+                    return Err(SourceError::PipelineClosed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn set_paused(&self, pause: bool) -> Result<(), SourceError> {
+        if self.ctx().paused.swap(pause, SeqCst) == pause {
+            return Ok(());
+        }
+        let assignment = self.consumer.assignment()?;
+        if pause {
+            debug!("pipeline full: pausing partitions");
+            self.consumer.pause(&assignment)?;
+        } else {
+            debug!("pipeline has room: resuming partitions");
+            self.consumer.resume(&assignment)?;
+        }
+        Ok(())
+    }
+
+    /// For newly assigned partitions: the committed offset (or where the reset
+    /// policy starts) and the end offset, for the caught-up test.
+    fn learn_positions(&self) {
+        let pending: Vec<TopicPartition> =
+            std::mem::take(&mut *self.ctx().to_learn.lock().unwrap());
+        if pending.is_empty() {
+            return;
+        }
+        let timeout = self.opts.kafka.metadata_timeout;
+        let latest = self
+            .opts
+            .kafka
+            .properties
+            .get("auto.offset.reset")
+            .is_some_and(|v| v == "latest" || v == "largest" || v == "end");
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &pending {
+            tpl.add_partition(t, *p);
+        }
+        let committed = match self.consumer.committed_offsets(tpl, timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "cannot read committed offsets; will retry");
+                self.ctx().to_learn.lock().unwrap().extend(pending);
+                return;
+            }
+        };
+        for (t, p) in pending {
+            let ends = self.consumer.fetch_watermarks(&t, p, timeout);
+            let Ok((low, high)) = ends else {
+                warn!(topic = %t, partition = p, "cannot read watermarks; will retry");
+                self.ctx().to_learn.lock().unwrap().push((t, p));
+                continue;
+            };
+            let start = match committed.find_partition(&t, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ if latest => high,
+                _ => low,
+            };
+            let mut tracker = self.ctx().acks.lock();
+            if tracker.epoch(&t, p).is_none() {
+                continue;
+            }
+            tracker.set_committed_from_broker(&t, p, start);
+            debug!(topic = %t, partition = p, start, end = high, "partition position");
+            self.ctx().targets.lock().unwrap().insert((t, p), high);
+        }
+    }
+
+    /// Every assigned partition written up to its end offset (not yet committed).
+    fn caught_up(&self) -> bool {
+        self.reached(|t, tp| t.watermark(&tp.0, tp.1))
+    }
+
+    fn committed_to_end(&self) -> bool {
+        self.reached(|t, tp| t.committed(&tp.0, tp.1))
+    }
+
+    fn reached(&self, pos: impl Fn(&OffsetTracker, &TopicPartition) -> Option<i64>) -> bool {
+        if !self.ctx().assigned_once.load(SeqCst) || !self.ctx().held.lock().unwrap().is_empty() {
+            return false;
+        }
+        let tracker = self.ctx().acks.lock();
+        let targets = self.ctx().targets.lock().unwrap();
+        tracker.pending_total() == 0
+            && tracker
+                .assigned()
+                .iter()
+                .all(|tp| match (targets.get(tp), pos(&tracker, tp)) {
+                    (Some(end), Some(at)) => at >= *end,
+                    _ => false,
+                })
+    }
+
+    fn commit_now(&mut self, only: Option<&[TopicPartition]>) {
+        self.next_commit = Instant::now() + self.opts.kafka.commit_interval;
+        if let Err(e) = commit(&self.consumer, &self.ctx().acks, &self.counters, only) {
+            warn!(error = %e, "commit failed; will retry");
+        }
+    }
+
+    /// Stops fetching, waits for in-flight records (up to the drain deadline),
+    /// commits what was written.
+    fn drain(&mut self) -> SourceExit {
+        let ctx = self.consumer.context().clone();
+        ctx.drop_held(|_, _| true);
+        let _ = self.set_paused(true);
+        let wait = if self.abort.is_cancelled() {
+            Duration::ZERO
+        } else {
+            self.opts.drain_timeout
+        };
+        let deadline = Instant::now() + wait;
+        let pending = ctx.acks.lock().pending_total();
+        info!(
+            in_flight = pending,
+            "draining: waiting for in-flight records"
+        );
+        let drained = loop {
+            let slice = Instant::now()
+                + Duration::from_millis(100)
+                    .min(deadline.saturating_duration_since(Instant::now()));
+            if ctx.acks.wait_until(slice, |t| t.pending_total() == 0) {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            // Keep serving callbacks; a paused consumer returns no records,
+            // but one racing in from a fresh assignment is untracked again.
+            if let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
+                ctx.acks
+                    .lock()
+                    .untrack_from(m.topic(), m.partition(), m.offset());
+            }
+        };
+        self.commit_now(None);
+        if drained {
+            info!("drained: all in-flight records written and committed");
+            SourceExit::Stopped
+        } else {
+            let left = ctx.acks.lock().pending_total();
+            warn!(
+                in_flight = left,
+                timeout_s = self.opts.drain_timeout.as_secs(),
+                "drain deadline passed; unwritten records will be redelivered"
+            );
+            SourceExit::DrainTimedOut
+        }
+    }
+}
+
+/// Commits the watermarks that moved (optionally only for some partitions).
+fn commit(
+    consumer: &BaseConsumer<Ctx>,
+    acks: &Acks,
+    counters: &Counters,
+    only: Option<&[TopicPartition]>,
+) -> Result<(), KafkaError> {
+    let due: Vec<(TopicPartition, i64)> = acks
+        .lock()
+        .to_commit()
+        .into_iter()
+        .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for ((t, p), o) in &due {
+        tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
+    }
+    consumer.commit(&tpl, CommitMode::Sync)?;
+    let mut tracker = acks.lock();
+    for ((t, p), o) in &due {
+        tracker.mark_committed(t, *p, *o);
+    }
+    drop(tracker);
+    Counters::add(&counters.commits, 1);
+    let s = counters.snapshot();
+    let offsets: Vec<String> = due
+        .iter()
+        .map(|((t, p), o)| format!("{t}/{p}={o}"))
+        .collect();
+    info!(
+        partitions = due.len(),
+        offsets = %offsets.join(","),
+        consumed = s.records_consumed,
+        written = s.items_written,
+        dead_lettered = s.dead_lettered,
+        throttled = s.throttled_requests,
+        "committed"
+    );
+    Ok(())
+}
+
+fn tps_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+fn fmt_tps(tps: &[TopicPartition]) -> String {
+    tps.iter()
+        .map(|(t, p)| format!("{t}/{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

@@ -1,0 +1,341 @@
+//! Wiring only: source -> decode -> batch -> write -> ack -> commit.
+//!
+//! The Kafka source runs on its own thread and feeds a bounded channel; the
+//! pipeline task decodes each record, routes it to its table's batch, and
+//! spawns a write task per full (or lingering) batch, at most
+//! `max_in_flight_batches` per table. Undecodable records go to the
+//! dead-letter topic. Every outcome is acked to the shared offset tracker,
+//! which the source commits from.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::acks::Acks;
+use crate::config::{check_kafka_key_schema, Route, Settings};
+use crate::decode::{decode, Coordinates, KeyMode, KeySchema};
+use crate::dlq::DeadLetters;
+use crate::sink::batch::{Batch, Entry};
+use crate::sink::dynamodb::Dynamo;
+use crate::sink::writer::{FatalWrite, Writer};
+use crate::sink::WriteError;
+use crate::source::{self, Record, SourceError, SourceExit, SourceOptions};
+use crate::telemetry::{Counters, Snapshot};
+use rdkafka::message::Message;
+
+/// How the worker ended without an error.
+pub type RunExit = SourceExit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("table {table} (route of topic {topic}): {source}")]
+    Table {
+        table: String,
+        topic: String,
+        source: WriteError,
+    },
+    #[error("table {table}: configured key {configured} differs from the table's key {actual}")]
+    KeyMismatch {
+        table: String,
+        configured: String,
+        actual: String,
+    },
+    #[error("table {table}: key_mode = \"kafka\" {rule}")]
+    KafkaKeyMode { table: String, rule: String },
+    #[error("cannot create the dead-letter producer: {0}")]
+    DeadLetters(rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Write(#[from] FatalWrite),
+    #[error("internal task failed: {0}")]
+    Task(String),
+}
+
+/// A table as the pipeline writes it.
+#[derive(Debug)]
+struct Table {
+    name: Arc<str>,
+    schema: KeySchema,
+    permits: Arc<Semaphore>,
+}
+
+/// A topic's route, resolved.
+#[derive(Debug, Clone)]
+struct Resolved {
+    table: Arc<Table>,
+    key_mode: KeyMode,
+}
+
+/// Runs the worker until `shutdown` fires, it is caught up (if asked), or a
+/// fatal error. Returns how it ended and the final counters.
+pub async fn run(
+    settings: Settings,
+    until_caught_up: bool,
+    shutdown: CancellationToken,
+) -> Result<(RunExit, Snapshot), WorkerError> {
+    let dynamo = Dynamo::connect(&settings.dynamodb).await;
+    let routes = resolve_routes(&dynamo, &settings).await?;
+    let dlq = DeadLetters::new(&settings.kafka).map_err(WorkerError::DeadLetters)?;
+    let acks = Arc::new(Acks::new());
+    let counters = Arc::new(Counters::default());
+    let (tx, rx) = mpsc::channel(settings.pipeline.max_buffered_records);
+
+    let stop = CancellationToken::new();
+    let abort = CancellationToken::new();
+    let opts = SourceOptions {
+        kafka: settings.kafka.clone(),
+        topics: settings.routes.iter().map(|r| r.topic.clone()).collect(),
+        until_caught_up,
+        drain_timeout: settings.pipeline.drain_timeout,
+    };
+    let source = {
+        let (acks, counters, stop, abort) =
+            (acks.clone(), counters.clone(), stop.clone(), abort.clone());
+        tokio::task::spawn_blocking(move || source::run(opts, tx, acks, counters, stop, abort))
+    };
+    let forward = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            info!("shutdown requested: stop fetching, drain in-flight writes, commit");
+            stop.cancel();
+        })
+    };
+
+    let writer = Writer {
+        dynamo,
+        acks,
+        dlq,
+        counters: counters.clone(),
+        backoff: settings.backoff.clone(),
+    };
+    let pipeline = Pipeline::new(routes, writer, settings.pipeline.batch_linger);
+    let piped = pipeline.run(rx).await;
+    if piped.is_err() {
+        abort.cancel();
+        stop.cancel();
+    }
+    let sourced = source.await.map_err(|e| WorkerError::Task(e.to_string()))?;
+    forward.abort();
+    piped?;
+    let exit = sourced?;
+    Ok((exit, counters.snapshot()))
+}
+
+/// Finds each route's table and key schema (DescribeTable), checking the
+/// configured key, if any, against the table's.
+async fn resolve_routes(
+    dynamo: &Dynamo,
+    settings: &Settings,
+) -> Result<HashMap<String, Resolved>, WorkerError> {
+    let mut tables: HashMap<String, Arc<Table>> = HashMap::new();
+    let mut routes = HashMap::new();
+    for Route {
+        topic,
+        table,
+        key_mode,
+        key,
+    } in &settings.routes
+    {
+        let resolved = match tables.get(table) {
+            Some(t) => t.clone(),
+            None => {
+                let actual =
+                    dynamo
+                        .key_schema(table)
+                        .await
+                        .map_err(|source| WorkerError::Table {
+                            table: table.clone(),
+                            topic: topic.clone(),
+                            source,
+                        })?;
+                if let Some(configured) = key {
+                    if configured != &actual {
+                        return Err(WorkerError::KeyMismatch {
+                            table: table.clone(),
+                            configured: configured.to_string(),
+                            actual: actual.to_string(),
+                        });
+                    }
+                }
+                let t = Arc::new(Table {
+                    name: table.as_str().into(),
+                    schema: actual,
+                    permits: Arc::new(Semaphore::new(settings.dynamodb.max_in_flight_batches)),
+                });
+                tables.insert(table.clone(), t.clone());
+                t
+            }
+        };
+        if *key_mode == KeyMode::Kafka {
+            check_kafka_key_schema(&resolved.schema).map_err(|rule| WorkerError::KafkaKeyMode {
+                table: table.clone(),
+                rule,
+            })?;
+        }
+        info!(topic, table, key = %resolved.schema, "route ready");
+        routes.insert(
+            topic.clone(),
+            Resolved {
+                table: resolved,
+                key_mode: *key_mode,
+            },
+        );
+    }
+    Ok(routes)
+}
+
+/// The async half: decode, batch, spawn writes.
+struct Pipeline {
+    routes: HashMap<String, Resolved>,
+    writer: Writer,
+    linger: Duration,
+    batches: HashMap<Arc<str>, (Batch, Instant, Arc<Table>)>,
+    tasks: JoinSet<Result<(), FatalWrite>>,
+    seed: u64,
+}
+
+impl Pipeline {
+    fn new(routes: HashMap<String, Resolved>, writer: Writer, linger: Duration) -> Self {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id());
+        Self {
+            routes,
+            writer,
+            linger,
+            batches: HashMap::new(),
+            tasks: JoinSet::new(),
+            seed,
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Record>) -> Result<(), WorkerError> {
+        loop {
+            let deadline = self
+                .batches
+                .values()
+                .map(|(_, t, _)| *t + self.linger)
+                .min();
+            tokio::select! {
+                biased;
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => check(done)?,
+                rec = rx.recv() => match rec {
+                    Some(rec) => self.accept(rec).await,
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    self.flush_expired().await;
+                }
+            }
+        }
+        let tables: Vec<Arc<str>> = self.batches.keys().cloned().collect();
+        for t in tables {
+            self.flush(&t).await;
+        }
+        while let Some(done) = self.tasks.join_next().await {
+            check(done)?;
+        }
+        Ok(())
+    }
+
+    async fn accept(&mut self, record: Record) {
+        let Some(route) = self.routes.get(&*record.at.topic).cloned() else {
+            // Subscribed topics are exactly the routed ones.
+            unreachable!("record from unrouted topic {}", record.at.topic);
+        };
+        let at = Coordinates {
+            topic: &record.at.topic,
+            partition: record.at.partition,
+            offset: record.at.offset,
+        };
+        let decoded = match decode(
+            record.msg.payload(),
+            &route.table.schema,
+            route.key_mode,
+            at,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                let writer = self.writer.clone();
+                self.tasks.spawn(async move {
+                    writer
+                        .dead_letter_record(&record, e.reason(), &e.to_string())
+                        .await;
+                    Ok(())
+                });
+                return;
+            }
+        };
+        let name = route.table.name.clone();
+        if self
+            .batches
+            .get(&name)
+            .is_some_and(|(b, _, _)| b.cannot_take(&decoded))
+        {
+            self.flush(&name).await;
+        }
+        let (batch, _, _) = self.batches.entry(name.clone()).or_insert_with(|| {
+            (
+                Batch::new(name.clone()),
+                Instant::now(),
+                route.table.clone(),
+            )
+        });
+        batch.push(Entry { record, decoded });
+        if batch.is_full() {
+            self.flush(&name).await;
+        }
+    }
+
+    async fn flush_expired(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Arc<str>> = self
+            .batches
+            .iter()
+            .filter(|(_, (_, t, _))| *t + self.linger <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for t in due {
+            self.flush(&t).await;
+        }
+    }
+
+    /// Sends a table's batch to a write task once a slot is free.
+    async fn flush(&mut self, table: &Arc<str>) {
+        let Some((batch, _, t)) = self.batches.remove(table) else {
+            return;
+        };
+        let permit = t
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        self.seed = self.seed.wrapping_add(1);
+        let (writer, seed, n) = (self.writer.clone(), self.seed, batch.len());
+        Counters::add(&writer.counters.batches, 1);
+        debug!(table = %t.name, items = n, "batch sent");
+        self.tasks.spawn(async move {
+            let _permit = permit;
+            writer
+                .write(&t.name, &t.schema, batch.into_slots(), seed)
+                .await
+        });
+    }
+}
+
+fn check(done: Result<Result<(), FatalWrite>, tokio::task::JoinError>) -> Result<(), WorkerError> {
+    match done {
+        Ok(r) => r.map_err(WorkerError::from),
+        Err(e) => Err(WorkerError::Task(e.to_string())),
+    }
+}
