@@ -1,0 +1,475 @@
+//! Helpers for the integration tests: real services only.
+//!
+//! The tests need LocalStack on 127.0.0.1:4566 and a Kafka broker (tansu) on
+//! 127.0.0.1:9092, both started by `make test` (localstack/start.sh and
+//! localstack/tansu.sh). Every test uses its own random topic, table and group.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ProvisionedThroughput,
+    ScalarAttributeType,
+};
+use aws_sdk_dynamodb::Client;
+use rand::Rng;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+pub const BROKERS: &str = "127.0.0.1:9092";
+pub const DYNAMODB: &str = "http://127.0.0.1:4566";
+
+/// Fails fast, with the fix, when the stack is not up.
+pub fn require_stack() {
+    for (what, port, how) in [
+        ("LocalStack", 4566, "bash localstack/start.sh"),
+        ("tansu", 9092, "bash localstack/tansu.sh"),
+    ] {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            panic!("{what} is not listening on 127.0.0.1:{port}: run `make test` (or `{how}`)");
+        }
+    }
+}
+
+pub fn unique(prefix: &str) -> String {
+    let n: u64 = rand::rng().random();
+    format!("{prefix}-{n:016x}")
+}
+
+pub async fn dynamo() -> Client {
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .endpoint_url(DYNAMODB)
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .build();
+    Client::from_conf(conf)
+}
+
+/// Creates a table keyed by `id` (S), optionally with a sort key `sk` (N).
+pub async fn create_table(client: &Client, name: &str, sort_key: bool) {
+    let mut req = client
+        .create_table()
+        .table_name(name)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(100)
+                .write_capacity_units(1000)
+                .build()
+                .unwrap(),
+        );
+    if sort_key {
+        req = req
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("sk")
+                    .key_type(KeyType::Range)
+                    .build()
+                    .unwrap(),
+            )
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("sk")
+                    .attribute_type(ScalarAttributeType::N)
+                    .build()
+                    .unwrap(),
+            );
+    }
+    req.send().await.expect("create table");
+}
+
+/// Every item of a table, by `id`.
+pub async fn scan(
+    client: &Client,
+    table: &str,
+) -> HashMap<String, HashMap<String, AttributeValue>> {
+    let mut out = HashMap::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        for item in page.items() {
+            let id = item["id"].as_s().expect("id is S").clone();
+            out.insert(id, item.clone());
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return out;
+        }
+    }
+}
+
+pub async fn count(client: &Client, table: &str) -> usize {
+    let mut n = 0;
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan count");
+        n += page.count() as usize;
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return n;
+        }
+    }
+}
+
+pub async fn create_topics(topics: &[(&str, i32)]) {
+    let topics: Vec<(String, i32)> = topics.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+    ingest::tools::create_topics(BROKERS, &topics)
+        .await
+        .expect("create topics");
+}
+
+/// Where a produced record landed.
+#[derive(Debug, Clone)]
+pub struct Produced {
+    pub id: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Produces (key, value) records; returns where each landed, in input order.
+pub async fn produce(topic: &str, records: Vec<(String, Option<String>)>) -> Vec<Produced> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let mut futs = Vec::new();
+    for (key, value) in &records {
+        let mut rec = FutureRecord::<String, String>::to(topic).key(key);
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
+        futs.push(
+            producer
+                .send_result(rec)
+                .map_err(|(e, _)| e)
+                .expect("enqueue"),
+        );
+    }
+    let mut out = Vec::new();
+    for ((key, _), fut) in records.into_iter().zip(futs) {
+        let d = fut.await.unwrap().map_err(|(e, _)| e).expect("delivered");
+        out.push(Produced {
+            id: key,
+            partition: d.partition,
+            offset: d.offset,
+        });
+    }
+    out
+}
+
+/// A record value with every JSON type, keyed by `id`.
+pub fn mixed_record(id: &str, n: u64) -> String {
+    format!(
+        r#"{{"id":"{id}","n":{n},"price":{n}.123456789012345678,"big":123456789012345678901234567890,"ok":{},"none":null,"tags":["a",{n}],"nested":{{"k":"v{n}","deep":{{"b":true}}}}}}"#,
+        n % 2 == 0
+    )
+}
+
+/// Committed offsets of `group` for `topic`'s partitions (-1 when none).
+pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    let out = (0..partitions)
+        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            _ => -1,
+        })
+        .collect();
+    drop(got);
+    out
+}
+
+/// End (high watermark) offsets of a topic's partitions.
+pub fn end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .create()
+        .unwrap();
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap()
+                .1
+        })
+        .collect()
+}
+
+/// A dead letter as read back from the topic.
+#[derive(Debug)]
+pub struct DeadLetter {
+    pub key: Option<String>,
+    pub value: Option<Vec<u8>>,
+    pub headers: HashMap<String, String>,
+}
+
+/// Reads `n` records from partition 0 of `topic` (fails after 30 s).
+pub fn read_dead_letters(topic: &str, n: usize) -> Vec<DeadLetter> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", unique("dlq-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("dead letter");
+            let headers = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|x| {
+                            (
+                                x.key.to_string(),
+                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(DeadLetter {
+                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                value: m.payload().map(<[u8]>::to_vec),
+                headers,
+            });
+        }
+    }
+    out
+}
+
+/// One test's worker setup: topic, table, group, dead-letter topic, config file.
+pub struct Setup {
+    pub topic: String,
+    pub table: String,
+    pub group: String,
+    pub dlq: String,
+    pub partitions: i32,
+    pub config: PathBuf,
+}
+
+impl Setup {
+    /// Creates the topics and the table, writes a config file.
+    pub async fn new(partitions: i32, extra_route: &str) -> Setup {
+        require_stack();
+        let s = Setup {
+            topic: unique("in"),
+            table: unique("tbl"),
+            group: unique("grp"),
+            dlq: unique("dlq"),
+            partitions,
+            config: std::env::temp_dir().join(format!("{}.toml", unique("ingest-test"))),
+        };
+        create_topics(&[(&s.topic, partitions), (&s.dlq, 1)]).await;
+        create_table(&dynamo().await, &s.table, extra_route.contains("sort_key")).await;
+        let toml = format!(
+            r#"
+[kafka]
+brokers = "{BROKERS}"
+group_id = "{group}"
+dead_letter_topic = "{dlq}"
+commit_interval_ms = 300
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+[dynamodb]
+endpoint_url = "{DYNAMODB}"
+region = "us-east-1"
+[[route]]
+topic = "{topic}"
+table = "{table}"
+{extra_route}
+[pipeline]
+drain_timeout_s = 30
+[log]
+format = "json"
+level = "info"
+"#,
+            group = s.group,
+            dlq = s.dlq,
+            topic = s.topic,
+            table = s.table,
+        );
+        std::fs::write(&s.config, toml).unwrap();
+        s
+    }
+
+    /// Starts `ingest run` on this setup.
+    pub fn spawn(&self, until_caught_up: bool) -> Worker {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingest"));
+        cmd.arg("run").arg("--config").arg(&self.config);
+        if until_caught_up {
+            cmd.arg("--until-caught-up");
+        }
+        Worker::start(cmd)
+    }
+
+    pub fn committed(&self) -> Vec<i64> {
+        committed(&self.group, &self.topic, self.partitions)
+    }
+
+    pub fn end_offsets(&self) -> Vec<i64> {
+        end_offsets(&self.topic, self.partitions)
+    }
+}
+
+/// A running `ingest` process; its stderr (JSON logs) is collected.
+pub struct Worker {
+    pub child: Child,
+    pub logs: Arc<Mutex<Vec<Value>>>,
+    stdout: Option<std::process::ChildStdout>,
+}
+
+impl Worker {
+    pub fn start(mut cmd: Command) -> Worker {
+        cmd.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn ingest");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        let stdout = child.stdout.take();
+        Worker {
+            child,
+            logs,
+            stdout,
+        }
+    }
+
+    /// Whether a log line with this message was seen.
+    pub fn logged(&self, message: &str) -> Vec<Value> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|v| v.get("message").and_then(Value::as_str) == Some(message))
+            .cloned()
+            .collect()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the exit (at most `timeout`); returns the code and the
+    /// summary JSON the worker printed on stdout, if any.
+    pub fn wait(mut self, timeout: Duration) -> (Option<i32>, Option<Value>) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut out = String::new();
+                if let Some(mut s) = self.stdout.take() {
+                    use std::io::Read;
+                    s.read_to_string(&mut out).unwrap();
+                }
+                let summary = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
+                return (status.code(), summary);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let logs = self.logs.lock().unwrap();
+                let tail: Vec<String> = logs.iter().rev().take(20).map(|v| v.to_string()).collect();
+                panic!(
+                    "worker did not exit within {timeout:?}; last logs:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn dump_logs(&self) -> String {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !f().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
