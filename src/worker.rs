@@ -64,6 +64,43 @@ struct Table {
     name: Arc<str>,
     schema: KeySchema,
     permits: Arc<Semaphore>,
+    /// Keys of the batches in flight, with the batch's id and completion
+    /// token: a batch holding a key waits for the earlier batch with that key,
+    /// so writes of one key land in record order (the later record wins).
+    in_flight: std::sync::Mutex<HashMap<String, (u64, CancellationToken)>>,
+}
+
+impl Table {
+    /// Completion tokens of in-flight batches sharing a key with `keys`.
+    fn conflicts<'a>(&self, keys: impl Iterator<Item = &'a String>) -> Vec<CancellationToken> {
+        let map = self.in_flight.lock().unwrap();
+        let mut out: HashMap<u64, CancellationToken> = HashMap::new();
+        for k in keys {
+            if let Some((id, done)) = map.get(k) {
+                if !done.is_cancelled() {
+                    out.entry(*id).or_insert_with(|| done.clone());
+                }
+            }
+        }
+        out.into_values().collect()
+    }
+
+    fn claim(&self, id: u64, keys: &[String], done: &CancellationToken) {
+        let mut map = self.in_flight.lock().unwrap();
+        for k in keys {
+            map.insert(k.clone(), (id, done.clone()));
+        }
+    }
+
+    fn release(&self, id: u64, keys: &[String], done: &CancellationToken) {
+        let mut map = self.in_flight.lock().unwrap();
+        for k in keys {
+            if map.get(k).is_some_and(|(owner, _)| *owner == id) {
+                map.remove(k);
+            }
+        }
+        done.cancel();
+    }
 }
 
 /// A topic's route, resolved.
@@ -169,6 +206,7 @@ async fn resolve_routes(
                     name: table.as_str().into(),
                     schema: actual,
                     permits: Arc::new(Semaphore::new(settings.dynamodb.max_in_flight_batches)),
+                    in_flight: Default::default(),
                 });
                 tables.insert(table.clone(), t.clone());
                 t
@@ -309,11 +347,17 @@ impl Pipeline {
         }
     }
 
-    /// Sends a table's batch to a write task once a slot is free.
+    /// Sends a table's batch to a write task once a slot is free and no
+    /// earlier batch with one of its keys is still in flight.
     async fn flush(&mut self, table: &Arc<str>) {
         let Some((batch, _, t)) = self.batches.remove(table) else {
             return;
         };
+        let slots = batch.into_slots();
+        let keys: Vec<String> = slots.iter().map(|s| s.key.clone()).collect();
+        for earlier in t.conflicts(keys.iter()) {
+            earlier.cancelled().await;
+        }
         let permit = t
             .permits
             .clone()
@@ -321,14 +365,16 @@ impl Pipeline {
             .await
             .expect("never closed");
         self.seed = self.seed.wrapping_add(1);
-        let (writer, seed, n) = (self.writer.clone(), self.seed, batch.len());
+        let (writer, seed) = (self.writer.clone(), self.seed);
+        let done = CancellationToken::new();
+        t.claim(seed, &keys, &done);
         Counters::add(&writer.counters.batches, 1);
-        debug!(table = %t.name, items = n, "batch sent");
+        debug!(table = %t.name, items = keys.len(), "batch sent");
         self.tasks.spawn(async move {
             let _permit = permit;
-            writer
-                .write(&t.name, &t.schema, batch.into_slots(), seed)
-                .await
+            let result = writer.write(&t.name, &t.schema, slots, seed).await;
+            t.release(seed, &keys, &done);
+            result
         });
     }
 }

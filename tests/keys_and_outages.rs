@@ -1,0 +1,239 @@
+//! Key handling and DynamoDB outages, end to end on tansu + LocalStack.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::*;
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_key_mode_makes_redelivery_overwrite_not_duplicate() {
+    let s = Setup::new(
+        2,
+        "key_mode = \"kafka\"\npartition_key = \"id\"\nsort_key = \"sk\"",
+    )
+    .await;
+    let records = (0..1_000)
+        .map(|i| (format!("k{i}"), Some(format!(r#"{{"v":{i}}}"#))))
+        .collect();
+    let produced = produce(&s.topic, records).await;
+    let (code, _) = s.spawn(true).wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0));
+
+    // Redeliver everything: a new group reads the topic from the start.
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(&s.config, text.replace(&s.group, &unique("grp"))).unwrap();
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        summary.unwrap()["items_written"],
+        1_000,
+        "everything written twice"
+    );
+
+    let client = dynamo().await;
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(&s.table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        items.extend(page.items().iter().cloned());
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            break;
+        }
+    }
+    assert_eq!(items.len(), 1_000, "overwritten, not duplicated");
+    let first = &produced[0];
+    let item = items
+        .iter()
+        .find(|i| {
+            i["sk"] == AttributeValue::N(first.offset.to_string())
+                && i["id"] == AttributeValue::S(format!("{}/{}", s.topic, first.partition))
+        })
+        .expect("item keyed by topic/partition + offset");
+    assert_eq!(item["v"], AttributeValue::N("0".into()));
+}
+
+/// A TCP proxy to LocalStack that delays every request chunk by a random
+/// 0-60 ms, so concurrent requests can overtake one another.
+async fn jittery_proxy() -> String {
+    use rand::Rng;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let Ok(server) = TcpStream::connect("127.0.0.1:4566").await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match cr.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let delay = rand::rng().random_range(0..60);
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_latest_record_of_a_key_wins() {
+    let s = Setup::new(1, "").await;
+    // Requests reach DynamoDB out of order unless the worker orders them.
+    let endpoint = jittery_proxy().await;
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(&s.config, text.replace(DYNAMODB, &endpoint)).unwrap();
+    // 50 keys, 60 versions each, interleaved: a key recurs every other batch
+    // of 25, so batches in flight share keys.
+    let records = (0..3_000)
+        .map(|i| {
+            let key = format!("key-{}", i % 50);
+            let v = format!(r#"{{"id":"{key}","version":{i}}}"#);
+            (key, Some(v))
+        })
+        .collect();
+    produce(&s.topic, records).await;
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0));
+    assert_eq!(summary.unwrap()["items_written"], 3_000);
+    let items = scan(&dynamo().await, &s.table).await;
+    assert_eq!(items.len(), 50);
+    for k in 0..50 {
+        let last = 2_950 + k;
+        assert_eq!(
+            items[&format!("key-{k}")]["version"],
+            AttributeValue::N(last.to_string()),
+            "key-{k}"
+        );
+    }
+}
+
+/// A TCP proxy to LocalStack that the test can cut (refusing and dropping
+/// every connection) and restore.
+async fn cuttable_proxy(up: Arc<AtomicBool>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let up = up.clone();
+            tokio::spawn(async move {
+                if !up.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut server) = TcpStream::connect("127.0.0.1:4566").await else {
+                    return;
+                };
+                let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
+                tokio::pin!(copy);
+                loop {
+                    tokio::select! {
+                        _ = &mut copy => return,
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                            if !up.load(Ordering::SeqCst) { return; }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dynamodb_outage_mid_run_is_retried_and_loses_nothing() {
+    let s = Setup::new(3, "").await;
+    let up = Arc::new(AtomicBool::new(true));
+    let endpoint = cuttable_proxy(up.clone()).await;
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(&s.config, text.replace(DYNAMODB, &endpoint)).unwrap();
+    let records: Vec<_> = (0..6_000)
+        .map(|i| (format!("r{i}"), Some(mixed_record(&format!("r{i}"), i))))
+        .collect();
+    produce(&s.topic, records).await;
+
+    let w = s.spawn(true);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while w.logged("committed").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress:\n{}",
+            w.dump_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    up.store(false, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while w.logged("DynamoDB write failed; retrying").len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no retries logged:\n{}",
+            w.dump_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Writes answered just before the cut are committed within an interval.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = s.committed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.committed(),
+        during,
+        "nothing committed while DynamoDB is unreachable"
+    );
+    up.store(true, Ordering::SeqCst);
+
+    let logs = w.logs.clone();
+    let (code, summary) = w.wait(Duration::from_secs(180));
+    assert_eq!(code, Some(0), "{summary:?}");
+    let summary = summary.unwrap();
+    assert!(
+        summary["retryable_errors"].as_u64().unwrap() >= 3,
+        "{summary}"
+    );
+    assert_eq!(
+        summary["dead_lettered"], 0,
+        "transient errors are never dead-lettered"
+    );
+    let retried = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|v| {
+            v.get("message").and_then(Value::as_str) == Some("DynamoDB write failed; retrying")
+        })
+        .cloned()
+        .unwrap();
+    assert!(
+        retried["error"].as_str().unwrap().contains(&endpoint),
+        "the error names the endpoint: {retried}"
+    );
+    assert_eq!(count(&dynamo().await, &s.table).await, 6_000);
+    assert_eq!(s.committed(), s.end_offsets());
+}
