@@ -1,0 +1,110 @@
+//! Fast pipeline tests on the embedded dev broker (librdkafka's mock cluster,
+//! in-process, behind the fixed-port forwarder `make run` uses), writing to
+//! LocalStack. The worker runs in-process through the library.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ingest::config::Settings;
+use ingest::devbroker::{serve, DevBroker};
+use ingest::source::SourceExit;
+use tokio_util::sync::CancellationToken;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn settings(brokers: &str, group: &str, topic: &str, table: &str) -> Settings {
+    let toml = format!(
+        r#"
+[kafka]
+brokers = "{brokers}"
+group_id = "{group}"
+dead_letter_topic = "dead"
+commit_interval_ms = 200
+[kafka.properties]
+"session.timeout.ms" = "6000"
+[dynamodb]
+endpoint_url = "{DYNAMODB}"
+region = "us-east-1"
+[[route]]
+topic = "{topic}"
+table = "{table}"
+"#
+    );
+    Settings::from_toml(&toml, "test", Vec::new()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dev_broker_carries_a_batch_job_end_to_end() {
+    require_stack();
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    let broker = DevBroker::start().unwrap();
+    broker.create_topic("orders", 4).unwrap();
+    broker.create_topic("dead", 1).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let stop = CancellationToken::new();
+    let serving = {
+        let (addr, stop) = (addr.parse().unwrap(), stop.clone());
+        let broker = std::sync::Arc::new(broker);
+        tokio::spawn(async move { serve(&broker, addr, stop).await.unwrap() })
+    };
+    wait_for_port(&addr).await;
+
+    let table = unique("dev");
+    create_table(&dynamo().await, &table, false).await;
+    let values = (0..2_000).map(|i| (None, ingest::tools::sample_record(i)));
+    assert_eq!(
+        ingest::tools::produce(&addr, "orders", values)
+            .await
+            .unwrap(),
+        2_000
+    );
+
+    let group = unique("grp");
+    let run = ingest::worker::run(
+        settings(&addr, &group, "orders", &table),
+        true,
+        CancellationToken::new(),
+    );
+    let (exit, totals) = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("finishes")
+        .unwrap();
+    assert_eq!(exit, SourceExit::CaughtUp);
+    assert_eq!(totals.records_consumed, 2_000);
+    assert_eq!(totals.items_written, 2_000);
+    assert_eq!(count(&dynamo().await, &table).await, 2_000);
+
+    // Resume from the committed offsets: nothing left to do.
+    let run = ingest::worker::run(
+        settings(&addr, &group, "orders", &table),
+        true,
+        CancellationToken::new(),
+    );
+    let (_, totals) = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(totals.records_consumed, 0);
+
+    stop.cancel();
+    serving.await.unwrap();
+}
+
+async fn wait_for_port(addr: &str) {
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("dev broker did not listen on {addr}");
+}
