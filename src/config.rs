@@ -13,11 +13,13 @@
 //! chain (environment, profile, instance role) and are never logged.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::backoff::StrategyConfig;
 use crate::decode::{KeyAttr, KeyMode, KeySchema, KeyType};
 
 /// Prefix of the environment variables that override config keys.
@@ -75,7 +77,7 @@ struct RawConfig {
     #[serde(default)]
     pipeline: RawPipeline,
     #[serde(default)]
-    backoff: RawBackoff,
+    throttle: RawThrottle,
     #[serde(default)]
     log: RawLog,
 }
@@ -154,24 +156,26 @@ impl Default for RawPipeline {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawBackoff {
-    #[serde(default = "d_initial_ms")]
-    initial_ms: u64,
-    #[serde(default = "d_max_ms")]
-    max_ms: u64,
-    #[serde(default = "d_multiplier")]
-    multiplier: f64,
-    #[serde(default = "d_jitter")]
-    jitter: f64,
+struct RawThrottle {
+    #[serde(default)]
+    strategy: StrategyConfig,
+    pacing_rate: Option<f64>,
+    #[serde(default = "d_pacing_burst")]
+    pacing_burst: u32,
+    #[serde(default = "d_capacity_poll_s")]
+    capacity_poll_s: u64,
+    #[serde(default = "d_sdk_retry_mode")]
+    sdk_retry_mode: String,
 }
 
-impl Default for RawBackoff {
+impl Default for RawThrottle {
     fn default() -> Self {
         Self {
-            initial_ms: d_initial_ms(),
-            max_ms: d_max_ms(),
-            multiplier: d_multiplier(),
-            jitter: d_jitter(),
+            strategy: StrategyConfig::default(),
+            pacing_rate: None,
+            pacing_burst: d_pacing_burst(),
+            capacity_poll_s: d_capacity_poll_s(),
+            sdk_retry_mode: d_sdk_retry_mode(),
         }
     }
 }
@@ -224,17 +228,14 @@ fn d_max_buffered() -> usize {
 fn d_drain_timeout_s() -> u64 {
     30
 }
-fn d_initial_ms() -> u64 {
-    50
+fn d_pacing_burst() -> u32 {
+    25
 }
-fn d_max_ms() -> u64 {
-    20_000
+fn d_capacity_poll_s() -> u64 {
+    10
 }
-fn d_multiplier() -> f64 {
-    2.0
-}
-fn d_jitter() -> f64 {
-    0.3
+fn d_sdk_retry_mode() -> String {
+    "off".into()
 }
 fn d_log_format() -> String {
     "human".into()
@@ -252,7 +253,7 @@ pub struct Settings {
     pub dynamodb: DynamoSettings,
     pub routes: Vec<Route>,
     pub pipeline: PipelineSettings,
-    pub backoff: BackoffSettings,
+    pub throttle: ThrottleSettings,
     pub log: LogSettings,
 }
 
@@ -293,12 +294,28 @@ pub struct PipelineSettings {
     pub drain_timeout: Duration,
 }
 
+/// The AWS SDK's own retry mode on the write path. `Off` is the product's
+/// setting (one layer retries: ours); the others exist to compare against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdkRetryMode {
+    Off,
+    Standard,
+    Adaptive,
+}
+
 #[derive(Debug, Clone)]
-pub struct BackoffSettings {
-    pub initial: Duration,
-    pub max: Duration,
-    pub multiplier: f64,
-    pub jitter: f64,
+pub struct ThrottleSettings {
+    /// The strategy, shared by every writer of a table in the process.
+    pub strategy: StrategyConfig,
+    /// A fixed pacing rate in WCU/s per table (strategies that steer a rate
+    /// override it).
+    pub pacing_rate: Option<f64>,
+    /// Most capacity units the pacer releases at once.
+    pub pacing_burst: NonZeroU32,
+    /// How often to read the tables' provisioned capacity (DescribeTable);
+    /// zero disables.
+    pub capacity_poll: Duration,
+    pub sdk_retry_mode: SdkRetryMode,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -481,7 +498,7 @@ impl RawConfig {
             dynamodb: self.dynamodb.validate()?,
             routes,
             pipeline: self.pipeline.validate()?,
-            backoff: self.backoff.validate()?,
+            throttle: self.throttle.validate()?,
             log: self.log.validate()?,
         })
     }
@@ -656,36 +673,49 @@ impl RawPipeline {
     }
 }
 
-impl RawBackoff {
-    fn validate(self) -> Result<BackoffSettings, ConfigError> {
-        let initial = in_range("backoff.initial_ms", self.initial_ms, 1, 3_600_000)?;
-        let max = in_range("backoff.max_ms", self.max_ms, 1, 3_600_000)?;
-        if max < initial {
-            return Err(invalid(
-                "backoff.max_ms",
-                max,
-                format!("must be at least backoff.initial_ms ({initial})"),
-            ));
+impl RawThrottle {
+    fn validate(self) -> Result<ThrottleSettings, ConfigError> {
+        self.strategy
+            .validate()
+            .map_err(|rule| invalid("throttle.strategy", self.strategy.name(), rule))?;
+        if let Some(r) = self.pacing_rate {
+            if !r.is_finite() || r <= 0.0 {
+                return Err(invalid(
+                    "throttle.pacing_rate",
+                    r,
+                    "must be > 0 (WCU per second)",
+                ));
+            }
         }
-        if !(self.multiplier >= 1.0 && self.multiplier <= 100.0) {
-            return Err(invalid(
-                "backoff.multiplier",
-                self.multiplier,
-                "must be between 1 and 100",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.jitter) {
-            return Err(invalid(
-                "backoff.jitter",
-                self.jitter,
-                "must be between 0 and 1",
-            ));
-        }
-        Ok(BackoffSettings {
-            initial: Duration::from_millis(initial),
-            max: Duration::from_millis(max),
-            multiplier: self.multiplier,
-            jitter: self.jitter,
+        let burst = in_range(
+            "throttle.pacing_burst",
+            u64::from(self.pacing_burst),
+            1,
+            100_000,
+        )?;
+        let sdk_retry_mode = match self.sdk_retry_mode.as_str() {
+            "off" => SdkRetryMode::Off,
+            "standard" => SdkRetryMode::Standard,
+            "adaptive" => SdkRetryMode::Adaptive,
+            other => {
+                return Err(invalid(
+                    "throttle.sdk_retry_mode",
+                    other,
+                    "must be `off`, `standard` or `adaptive`",
+                ))
+            }
+        };
+        Ok(ThrottleSettings {
+            strategy: self.strategy,
+            pacing_rate: self.pacing_rate,
+            pacing_burst: NonZeroU32::new(burst as u32).expect("checked >= 1"),
+            capacity_poll: Duration::from_secs(in_range(
+                "throttle.capacity_poll_s",
+                self.capacity_poll_s,
+                0,
+                3_600,
+            )?),
+            sdk_retry_mode,
         })
     }
 }
@@ -816,6 +846,30 @@ mod tests {
             .contains("routed once"));
         let e = load(MINIMAL, &[("INGEST__KAFKA__DEAD_LETTER_TOPIC", "orders")]).unwrap_err();
         assert!(e.to_string().contains("dead_letter_topic"), "{e}");
+    }
+
+    #[test]
+    fn the_throttle_strategy_is_chosen_by_name_and_defaults_to_adaptive() {
+        let s = load(MINIMAL, &[]).unwrap();
+        assert_eq!(s.throttle.strategy.name(), "adaptive");
+        assert_eq!(s.throttle.sdk_retry_mode, SdkRetryMode::Off);
+        let text = format!("{MINIMAL}\n[throttle]\nstrategy = {{ name = \"autosleeper\", randomization_factor = 0.1 }}");
+        let s = load(&text, &[]).unwrap();
+        assert_eq!(s.throttle.strategy.name(), "autosleeper");
+        let s = load(
+            MINIMAL,
+            &[("INGEST__THROTTLE__STRATEGY__NAME", "heroku-gradual")],
+        )
+        .unwrap();
+        assert_eq!(s.throttle.strategy.name(), "heroku-gradual");
+        let text = format!(
+            "{MINIMAL}\n[throttle]\nstrategy = {{ name = \"autosleeper\", up_multiplier = 0.5 }}"
+        );
+        let e = load(&text, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("throttle.strategy") && e.contains("up_multiplier = 0.5: must be >= 1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! - [`sink`]: batches under DynamoDB's limits, the write loop (unprocessed
 //!   items, throttles, rejections), and the DynamoDB client with the SDK's own
 //!   retries disabled.
-//! - [`backoff`]: retry delays as pure state machines.
+//! - [`backoff`]: the throttle strategies (AutoSleeper, linear, exponential,
+//!   Heroku's family, the adaptive rate controller) as pure state machines;
+//!   [`pace`] paces writes in capacity units at the rate they steer.
 //! - [`dlq`]: the dead-letter topic for records that can never be written.
 //! - [`worker`]: the wiring of all of the above.
 //! - [`telemetry`]: logs and counters.
@@ -30,6 +32,7 @@ pub mod decode;
 pub mod devbroker;
 pub mod dlq;
 pub mod offsets;
+pub mod pace;
 pub mod sink;
 pub mod source;
 pub mod telemetry;

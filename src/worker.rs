@@ -22,6 +22,7 @@ use crate::config::{check_kafka_key_schema, Route, Settings};
 use crate::decode::{decode, Coordinates, KeyMode, KeySchema};
 use crate::dlq::DeadLetters;
 use crate::sink::batch::{Batch, Entry};
+use crate::sink::control::{Control, ControlReport};
 use crate::sink::dynamodb::Dynamo;
 use crate::sink::writer::{FatalWrite, Writer};
 use crate::sink::WriteError;
@@ -64,6 +65,8 @@ struct Table {
     name: Arc<str>,
     schema: KeySchema,
     permits: Arc<Semaphore>,
+    /// Throttle strategy, pacer and capacity, shared by the table's writers.
+    control: Arc<Control>,
     /// Keys of the batches in flight, with the batch's id and completion
     /// token: a batch holding a key waits for the earlier batch with that key,
     /// so writes of one key land in record order (the later record wins).
@@ -116,9 +119,12 @@ pub async fn run(
     settings: Settings,
     until_caught_up: bool,
     shutdown: CancellationToken,
-) -> Result<(RunExit, Snapshot), WorkerError> {
-    let dynamo = Dynamo::connect(&settings.dynamodb).await;
-    let routes = resolve_routes(&dynamo, &settings).await?;
+) -> Result<(RunExit, Snapshot, Vec<TableReport>), WorkerError> {
+    let dynamo = Dynamo::connect(&settings.dynamodb, settings.throttle.sdk_retry_mode).await;
+    let seed = process_seed();
+    let routes = resolve_routes(&dynamo, &settings, seed).await?;
+    let tables = distinct_tables(&routes);
+    let mut pollers = poll_capacity(&dynamo, &tables, settings.throttle.capacity_poll);
     let dlq = DeadLetters::new(&settings.kafka).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
     let counters = Arc::new(Counters::default());
@@ -151,9 +157,8 @@ pub async fn run(
         acks,
         dlq,
         counters: counters.clone(),
-        backoff: settings.backoff.clone(),
     };
-    let pipeline = Pipeline::new(routes, writer, settings.pipeline.batch_linger);
+    let pipeline = Pipeline::new(routes, writer, settings.pipeline.batch_linger, seed);
     let piped = pipeline.run(rx).await;
     if piped.is_err() {
         abort.cancel();
@@ -161,9 +166,64 @@ pub async fn run(
     }
     let sourced = source.await.map_err(|e| WorkerError::Task(e.to_string()))?;
     forward.abort();
+    pollers.abort_all();
     piped?;
     let exit = sourced?;
-    Ok((exit, counters.snapshot()))
+    let reports = tables
+        .iter()
+        .map(|t| TableReport {
+            table: t.name.to_string(),
+            control: t.control.report(),
+        })
+        .collect();
+    Ok((exit, counters.snapshot(), reports))
+}
+
+/// The throttle control's final state for one table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TableReport {
+    pub table: String,
+    #[serde(flatten)]
+    pub control: ControlReport,
+}
+
+fn process_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+fn distinct_tables(routes: &HashMap<String, Resolved>) -> Vec<Arc<Table>> {
+    let mut out: Vec<Arc<Table>> = Vec::new();
+    for r in routes.values() {
+        if !out.iter().any(|t| Arc::ptr_eq(t, &r.table)) {
+            out.push(r.table.clone());
+        }
+    }
+    out
+}
+
+/// Re-reads each table's provisioned capacity every `every` (auto scaling
+/// changes it); strategies that follow capacity see the change.
+fn poll_capacity(dynamo: &Dynamo, tables: &[Arc<Table>], every: Duration) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    if every.is_zero() {
+        return set;
+    }
+    for t in tables {
+        let (dynamo, t) = (dynamo.clone(), t.clone());
+        set.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match dynamo.describe(&t.name).await {
+                    Ok((_, capacity)) => t.control.set_capacity(capacity),
+                    Err(e) => debug!(table = %t.name, error = %e, "capacity poll failed"),
+                }
+            }
+        });
+    }
+    set
 }
 
 /// Finds each route's table and key schema (DescribeTable), checking the
@@ -171,6 +231,7 @@ pub async fn run(
 async fn resolve_routes(
     dynamo: &Dynamo,
     settings: &Settings,
+    seed: u64,
 ) -> Result<HashMap<String, Resolved>, WorkerError> {
     let mut tables: HashMap<String, Arc<Table>> = HashMap::new();
     let mut routes = HashMap::new();
@@ -184,9 +245,9 @@ async fn resolve_routes(
         let resolved = match tables.get(table) {
             Some(t) => t.clone(),
             None => {
-                let actual =
+                let (actual, capacity) =
                     dynamo
-                        .key_schema(table)
+                        .describe(table)
                         .await
                         .map_err(|source| WorkerError::Table {
                             table: table.clone(),
@@ -202,10 +263,15 @@ async fn resolve_routes(
                         });
                     }
                 }
+                let th = &settings.throttle;
+                let strategy = th.strategy.build(seed ^ tables.len() as u64);
+                let control = Control::new(strategy, th.pacing_rate, th.pacing_burst);
+                control.set_capacity(capacity);
                 let t = Arc::new(Table {
                     name: table.as_str().into(),
                     schema: actual,
                     permits: Arc::new(Semaphore::new(settings.dynamodb.max_in_flight_batches)),
+                    control: Arc::new(control),
                     in_flight: Default::default(),
                 });
                 tables.insert(table.clone(), t.clone());
@@ -241,11 +307,7 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    fn new(routes: HashMap<String, Resolved>, writer: Writer, linger: Duration) -> Self {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id());
+    fn new(routes: HashMap<String, Resolved>, writer: Writer, linger: Duration, seed: u64) -> Self {
         Self {
             routes,
             writer,
@@ -372,7 +434,9 @@ impl Pipeline {
         debug!(table = %t.name, items = keys.len(), "batch sent");
         self.tasks.spawn(async move {
             let _permit = permit;
-            let result = writer.write(&t.name, &t.schema, slots, seed).await;
+            let result = writer
+                .write(&t.name, &t.schema, slots, &t.control, seed)
+                .await;
             t.release(seed, &keys, &done);
             result
         });

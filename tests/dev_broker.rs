@@ -74,7 +74,7 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
         true,
         CancellationToken::new(),
     );
-    let (exit, totals) = tokio::time::timeout(Duration::from_secs(60), run)
+    let (exit, totals, tables) = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("finishes")
         .unwrap();
@@ -82,6 +82,11 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
     assert_eq!(totals.records_consumed, 2_000);
     assert_eq!(totals.items_written, 2_000);
     assert_eq!(count(&dynamo().await, &table).await, 2_000);
+    assert_eq!(tables.len(), 1);
+    assert_eq!(
+        tables[0].control.strategy, "adaptive",
+        "the default strategy"
+    );
 
     // Resume from the committed offsets: nothing left to do.
     let run = ingest::worker::run(
@@ -89,7 +94,7 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
         true,
         CancellationToken::new(),
     );
-    let (_, totals) = tokio::time::timeout(Duration::from_secs(60), run)
+    let (_, totals, _) = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .unwrap()
         .unwrap();

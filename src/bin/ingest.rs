@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use ingest::config::{DynamoSettings, LogFormat, LogSettings, Settings};
+use ingest::config::{DynamoSettings, LogFormat, LogSettings, SdkRetryMode, Settings};
 use ingest::sink::dynamodb::Dynamo;
 use ingest::source::SourceExit;
 use ingest::{devbroker, telemetry, tools, worker};
@@ -211,7 +211,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 request_timeout: std::time::Duration::from_secs(10),
                 max_in_flight_batches: 1,
             };
-            let dynamo = Dynamo::connect(&settings).await;
+            let dynamo = Dynamo::connect(&settings, SdkRetryMode::Off).await;
             let (count, items) = tools::show_table(&dynamo, &table, limit).await?;
             println!("table {table}: {count} items");
             for item in items {
@@ -234,7 +234,7 @@ async fn run(config: PathBuf, until_caught_up: bool) -> anyhow::Result<ExitCode>
     let shutdown = shutdown_on_signals();
     let started = Instant::now();
     match worker::run(settings, until_caught_up, shutdown).await {
-        Ok((exit, totals)) => {
+        Ok((exit, totals, tables)) => {
             let elapsed = started.elapsed().as_secs_f64();
             let label = match exit {
                 SourceExit::Stopped => "stopped",
@@ -243,6 +243,7 @@ async fn run(config: PathBuf, until_caught_up: bool) -> anyhow::Result<ExitCode>
             };
             let mut summary = serde_json::to_value(totals)?;
             summary["exit"] = label.into();
+            summary["tables"] = serde_json::to_value(tables)?;
             summary["elapsed_s"] = serde_json::json!((elapsed * 1000.0).round() / 1000.0);
             summary["records_per_s"] =
                 serde_json::json!((totals.records_consumed as f64 / elapsed.max(1e-3)).round());

@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 use super::WriteError;
-use crate::config::DynamoSettings;
+use crate::config::{DynamoSettings, SdkRetryMode};
 use crate::decode::{Item, KeyAttr, KeySchema, KeyType};
 
 /// Error codes DynamoDB uses for capacity throttling.
@@ -56,15 +56,20 @@ pub struct Dynamo {
 }
 
 impl Dynamo {
-    /// Builds the client from the AWS environment plus our overrides.
-    pub async fn connect(settings: &DynamoSettings) -> Dynamo {
+    /// Builds the client from the AWS environment plus our overrides. The
+    /// SDK's own retries stay off unless `retry` asks for them (to compare).
+    pub async fn connect(settings: &DynamoSettings, retry: SdkRetryMode) -> Dynamo {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some(region) = &settings.region {
             loader = loader.region(aws_config::Region::new(region.clone()));
         }
         let shared = loader.load().await;
         let mut builder = aws_sdk_dynamodb::config::Builder::from(&shared)
-            .retry_config(RetryConfig::disabled())
+            .retry_config(match retry {
+                SdkRetryMode::Off => RetryConfig::disabled(),
+                SdkRetryMode::Standard => RetryConfig::standard(),
+                SdkRetryMode::Adaptive => RetryConfig::adaptive(),
+            })
             .timeout_config(
                 TimeoutConfig::builder()
                     .operation_attempt_timeout(settings.request_timeout)
@@ -105,8 +110,9 @@ impl Dynamo {
         &self.endpoint
     }
 
-    /// Reads a table's key schema with DescribeTable.
-    pub async fn key_schema(&self, table: &str) -> Result<KeySchema, WriteError> {
+    /// Reads a table's key schema and provisioned write capacity (None for
+    /// on-demand tables) with DescribeTable.
+    pub async fn describe(&self, table: &str) -> Result<(KeySchema, Option<f64>), WriteError> {
         let out = self
             .client
             .describe_table()
@@ -140,10 +146,16 @@ impl Dynamo {
         };
         let hash = attr(DdbKeyType::Hash)
             .ok_or_else(|| WriteError::Fatal(format!("table {table} has no partition key")))?;
-        Ok(KeySchema {
+        let capacity = desc
+            .provisioned_throughput()
+            .and_then(|p| p.write_capacity_units())
+            .filter(|w| *w > 0)
+            .map(|w| w as f64);
+        let schema = KeySchema {
             hash,
             range: attr(DdbKeyType::Range),
-        })
+        };
+        Ok((schema, capacity))
     }
 
     /// One BatchWriteItem call (at most 25 puts) for one table.

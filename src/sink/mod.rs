@@ -1,9 +1,11 @@
 //! The DynamoDB side: a client with the SDK's retries disabled, the one place
 //! where SDK errors are classified ([`dynamodb`]), batch assembly under
-//! DynamoDB's limits ([`batch`]), and the write loop that retries unprocessed
+//! DynamoDB's limits ([`batch`]), the per-table throttle control shared by a
+//! table's writers ([`control`]), and the write loop that retries unprocessed
 //! items and isolates rejected ones ([`writer`]).
 
 pub mod batch;
+pub mod control;
 pub mod dynamodb;
 pub mod writer;
 

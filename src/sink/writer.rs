@@ -2,7 +2,12 @@
 //!
 //! - `UnprocessedItems` are matched back to their slots by key and only they
 //!   are sent again, after a backoff; items already written are never resent.
-//! - Throttles and transient failures back off and retry the same items.
+//! - Before each attempt the batch waits for its cost (WCU) at the table's
+//!   pacing rate. After each attempt the table's throttle strategy hears what
+//!   happened (throttled = an error or any unprocessed item; accepted units)
+//!   and says how long to wait: before the retry, or after a success (pacing).
+//! - Transient failures (network, 5xx) are not capacity signals: they back off
+//!   on their own capped exponential schedule and do not move the strategy.
 //! - A rejection (ValidationException) of a multi-item call is isolated: each
 //!   slot is written alone, and a slot that merged several records with the
 //!   same key is replayed record by record, so only the record DynamoDB
@@ -17,11 +22,12 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 
 use super::batch::{Entry, Slot};
+use super::control::Control;
 use super::dynamodb::Dynamo;
 use super::WriteError;
 use crate::acks::Acks;
-use crate::backoff::Exponential;
-use crate::config::BackoffSettings;
+use crate::backoff::simple::{Exponential, ExponentialConfig};
+use crate::backoff::{Feedback, Strategy};
 use crate::decode::{key_of, KeySchema};
 use crate::dlq::DeadLetters;
 use crate::telemetry::Counters;
@@ -36,7 +42,17 @@ pub struct Writer {
     pub acks: Arc<Acks>,
     pub dlq: DeadLetters,
     pub counters: Arc<Counters>,
-    pub backoff: BackoffSettings,
+}
+
+/// Backoff for transient failures (network, 5xx): 100 ms doubling to 10 s.
+fn transient_backoff(seed: u64) -> Exponential {
+    let cfg = ExponentialConfig {
+        initial_ms: 100.0,
+        max_ms: 10_000.0,
+        multiplier: 2.0,
+        jitter: 0.3,
+    };
+    Exponential::new(cfg, seed)
 }
 
 /// A fatal error, with the table it happened on.
@@ -54,16 +70,17 @@ impl Writer {
         table: &str,
         schema: &KeySchema,
         slots: Vec<Slot>,
+        ctl: &Control,
         seed: u64,
     ) -> Result<(), FatalWrite> {
         let fatal = |source| FatalWrite {
             table: table.to_string(),
             source,
         };
-        match self.write_until_done(table, schema, slots, seed).await {
+        match self.write_until_done(table, schema, slots, ctl, seed).await {
             Ok(None) => Ok(()),
             Ok(Some((rejected, why))) => self
-                .isolate(table, schema, rejected, why, seed)
+                .isolate(table, schema, rejected, why, ctl, seed)
                 .await
                 .map_err(fatal),
             Err(e) => Err(fatal(e)),
@@ -77,44 +94,54 @@ impl Writer {
         table: &str,
         schema: &KeySchema,
         mut remaining: Vec<Slot>,
+        ctl: &Control,
         seed: u64,
     ) -> Result<Option<(Vec<Slot>, String)>, WriteError> {
-        let mut backoff = Exponential::new(self.backoff.clone(), seed);
+        let mut transient = transient_backoff(seed);
         let c = &self.counters;
+        ctl.sleep(ctl.before_call()).await;
         while !remaining.is_empty() {
+            let cost: u32 = remaining.iter().map(Slot::wcu).sum();
+            ctl.pace(cost).await;
             let items = remaining.iter().map(|s| s.item().clone()).collect();
             Counters::add(&c.requests, 1);
-            let delay = match self.dynamo.batch_write(table, items).await {
+            let (throttled, accepted) = match self.dynamo.batch_write(table, items).await {
                 Ok(outcome) => {
                     let left = unprocessed_keys(&outcome.unprocessed, schema);
                     let (todo, done): (Vec<Slot>, Vec<Slot>) = remaining
                         .into_iter()
                         .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
+                    let written: u32 = done.iter().map(Slot::wcu).sum();
                     self.written(&done);
                     remaining = todo;
-                    if remaining.is_empty() {
-                        backoff.on_success();
-                        continue;
+                    if !remaining.is_empty() {
+                        Counters::add(&c.throttled_requests, 1);
+                        Counters::add(&c.unprocessed_items, remaining.len() as u64);
                     }
-                    Counters::add(&c.throttled_requests, 1);
-                    Counters::add(&c.unprocessed_items, remaining.len() as u64);
-                    backoff.on_failure()
+                    let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
+                    (!remaining.is_empty(), accepted)
                 }
                 Err(WriteError::Throttled(m)) => {
                     Counters::add(&c.throttled_requests, 1);
                     debug!(table, error = %m, "throttled");
-                    backoff.on_failure()
+                    (true, 0.0)
                 }
                 Err(WriteError::Retryable(m)) => {
                     Counters::add(&c.retryable_errors, 1);
-                    let d = backoff.on_failure();
+                    let d = transient.after_attempt(&Feedback {
+                        throttled: true,
+                        ..Feedback::default()
+                    });
                     warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
-                    d
+                    ctl.sleep(d).await;
+                    continue;
                 }
                 Err(WriteError::Rejected(m)) => return Ok(Some((remaining, m))),
                 Err(fatal @ WriteError::Fatal(_)) => return Err(fatal),
             };
-            tokio::time::sleep(delay).await;
+            transient.before_call(ctl.now());
+            let delay = ctl.after_attempt(throttled, accepted);
+            ctl.sleep(delay).await;
         }
         Ok(None)
     }
@@ -127,6 +154,7 @@ impl Writer {
         schema: &KeySchema,
         slots: Vec<Slot>,
         why: String,
+        ctl: &Control,
         seed: u64,
     ) -> Result<(), WriteError> {
         let singles: Vec<Entry> = slots.into_iter().flat_map(|s| s.entries).collect();
@@ -139,7 +167,7 @@ impl Writer {
             let rejected = if alone {
                 Some((slot, why.clone()))
             } else {
-                self.write_until_done(table, schema, slot, seed.wrapping_add(i as u64))
+                self.write_until_done(table, schema, slot, ctl, seed.wrapping_add(i as u64))
                     .await?
             };
             if let Some((mut slot, message)) = rejected {

@@ -13,8 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ProvisionedThroughput,
-    ScalarAttributeType,
+    AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
 use rand::Rng;
@@ -57,7 +56,8 @@ pub async fn dynamo() -> Client {
     Client::from_conf(conf)
 }
 
-/// Creates a table keyed by `id` (S), optionally with a sort key `sk` (N).
+/// Creates an on-demand table keyed by `id` (S), optionally with a sort key
+/// `sk` (N).
 pub async fn create_table(client: &Client, name: &str, sort_key: bool) {
     let mut req = client
         .create_table()
@@ -76,13 +76,7 @@ pub async fn create_table(client: &Client, name: &str, sort_key: bool) {
                 .build()
                 .unwrap(),
         )
-        .provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(100)
-                .write_capacity_units(1000)
-                .build()
-                .unwrap(),
-        );
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest);
     if sort_key {
         req = req
             .key_schema(

@@ -1,0 +1,337 @@
+//! `adaptive`: this project's throttle controller. It steers a pacing rate (in
+//! capacity units per second) instead of sleeping after failures.
+//!
+//! - **Decrease, once per congestion event.** On a throttle (an error or any
+//!   unprocessed item), the rate drops to `decrease` x the lower of the current
+//!   rate and the rate the server actually *accepted* over the last `window`
+//!   (from ConsumedCapacity). At saturation the accepted rate is this client's
+//!   real share, so after a sudden drop the rate lands near the new share
+//!   within a few events. Further throttles within `cooldown` belong to the
+//!   same event and are ignored.
+//! - **Recover like CUBIC.** After a decrease, the rate climbs back toward the rate
+//!   of the last event (`w_max`), concave, reaching it after `probe_s` seconds. It
+//!   stays near it for a while, then probes beyond it, convex. Many independent
+//!   clients converge to fair shares (AIMD), and throttles stay rare because
+//!   most of the cycle is spent just under the limit.
+//! - **Follow the known capacity.** When the feedback carries the table's
+//!   provisioned capacity (DescribeTable, which auto scaling updates), a change
+//!   rescales the rate and `w_max` by the same ratio: every worker does the same,
+//!   so the fleet follows a step at once. One client never paces above
+//!   `target_fraction` x capacity.
+//! - **Slow start.** Before the first congestion event, with no capacity known
+//!   (on-demand tables), the rate doubles every second while it is used.
+//! - **Never inflate when idle.** The rate grows only while the client uses most
+//!   of it (accepted >= half the rate over the window).
+//!
+//! Returns no delay itself (the caller's pacer enforces `rate()`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::{Feedback, Metrics, Strategy};
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveConfig {
+    /// Starting rate (units/s) when the capacity is unknown.
+    pub start_rate: f64,
+    pub min_rate: f64,
+    pub max_rate: f64,
+    /// Fraction of the known capacity one client paces at most.
+    pub target_fraction: f64,
+    /// Multiplicative decrease on a congestion event.
+    pub decrease: f64,
+    /// Throttles within this time of a decrease count as the same event.
+    pub cooldown_ms: f64,
+    /// Seconds to climb back to the rate of the last event.
+    pub probe_s: f64,
+    /// Window of the accepted-rate estimate.
+    pub window_ms: f64,
+    /// Rescale with the capacity the feedback reports.
+    pub follow_capacity: bool,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        Self {
+            start_rate: 100.0,
+            min_rate: 1.0,
+            max_rate: 1_000_000.0,
+            target_fraction: 0.98,
+            decrease: 0.9,
+            cooldown_ms: 1000.0,
+            probe_s: 30.0,
+            window_ms: 2000.0,
+            follow_capacity: true,
+        }
+    }
+}
+
+impl AdaptiveConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        super::ensure(
+            self.min_rate > 0.0 && self.max_rate >= self.min_rate,
+            || "min_rate must be > 0 and max_rate >= min_rate".into(),
+        )?;
+        super::ensure(
+            self.start_rate >= self.min_rate && self.start_rate <= self.max_rate,
+            || "start_rate must be between min_rate and max_rate".into(),
+        )?;
+        super::ensure(
+            self.target_fraction > 0.0 && self.target_fraction <= 1.5,
+            || {
+                format!(
+                    "target_fraction = {}: must be in (0, 1.5]",
+                    self.target_fraction
+                )
+            },
+        )?;
+        super::ensure(self.decrease > 0.0 && self.decrease < 1.0, || {
+            format!("decrease = {}: must be in (0, 1)", self.decrease)
+        })?;
+        super::ensure(
+            self.probe_s > 0.0 && self.window_ms > 0.0 && self.cooldown_ms >= 0.0,
+            || "probe_s and window_ms must be > 0, cooldown_ms >= 0".into(),
+        )?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Adaptive {
+    cfg: AdaptiveConfig,
+    rate: f64,
+    /// Rate at the last congestion event, if any.
+    w_max: Option<f64>,
+    last_decrease: Option<Duration>,
+    last_update: Option<Duration>,
+    capacity: Option<f64>,
+    /// (time, accepted units) within the window.
+    accepted: VecDeque<(Duration, f64)>,
+    metrics: Metrics,
+}
+
+impl Adaptive {
+    pub fn new(cfg: AdaptiveConfig) -> Self {
+        Self {
+            rate: cfg.start_rate,
+            cfg,
+            w_max: None,
+            last_decrease: None,
+            last_update: None,
+            capacity: None,
+            accepted: VecDeque::new(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// Accepted units per second over the window ending at `now`.
+    fn accepted_rate(&self, now: Duration) -> f64 {
+        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
+        let Some(&(first, _)) = self.accepted.front() else {
+            return 0.0;
+        };
+        let span = now.saturating_sub(first).max(window / 4).min(window);
+        self.accepted.iter().map(|(_, u)| u).sum::<f64>() / span.as_secs_f64()
+    }
+
+    fn record(&mut self, now: Duration, units: f64) {
+        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
+        self.accepted.push_back((now, units));
+        while self
+            .accepted
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_sub(t) > window)
+        {
+            self.accepted.pop_front();
+        }
+    }
+
+    fn follow(&mut self, capacity: Option<f64>) {
+        let Some(c) = capacity.filter(|c| *c > 0.0 && self.cfg.follow_capacity) else {
+            return;
+        };
+        match self.capacity {
+            None if self.w_max.is_none() => self.rate = c * self.cfg.target_fraction,
+            Some(prev) if (c - prev).abs() > prev * 0.01 => {
+                let k = c / prev;
+                self.rate *= k;
+                self.w_max = self.w_max.map(|w| w * k);
+            }
+            _ => {}
+        }
+        self.capacity = Some(c);
+    }
+
+    /// The CUBIC curve: w_max * decrease at t = 0, w_max at t = probe_s.
+    fn cubic(&self, w_max: f64, t: f64) -> f64 {
+        let k = self.cfg.probe_s;
+        let c3 = w_max * (1.0 - self.cfg.decrease) / k.powi(3);
+        c3 * (t - k).powi(3) + w_max
+    }
+
+    fn clamp(&mut self) {
+        let mut hi = self.cfg.max_rate;
+        if let Some(c) = self.capacity.filter(|_| self.cfg.follow_capacity) {
+            hi = hi.min(c * self.cfg.target_fraction);
+        }
+        self.rate = self
+            .rate
+            .clamp(self.cfg.min_rate, hi.max(self.cfg.min_rate));
+    }
+}
+
+impl Strategy for Adaptive {
+    fn name(&self) -> &'static str {
+        "adaptive"
+    }
+
+    fn after_attempt(&mut self, fb: &Feedback) -> Duration {
+        self.metrics.invocations += 1;
+        self.record(fb.now, fb.accepted_units);
+        self.follow(fb.capacity);
+        let dt = self
+            .last_update
+            .map_or(0.0, |t| fb.now.saturating_sub(t).as_secs_f64())
+            .min(1.0);
+        self.last_update = Some(fb.now);
+        let since = self.last_decrease.map(|t| fb.now.saturating_sub(t));
+        let cooldown = Duration::from_secs_f64(self.cfg.cooldown_ms / 1e3);
+        if fb.throttled {
+            if since.is_none_or(|s| s >= cooldown) {
+                let measured = self.accepted_rate(fb.now);
+                let base = if measured > 0.0 {
+                    self.rate.min(measured)
+                } else {
+                    self.rate
+                };
+                self.w_max = Some(base);
+                self.rate = base * self.cfg.decrease;
+                self.last_decrease = Some(fb.now);
+                self.metrics.went_down += 1;
+            }
+        } else if self.accepted_rate(fb.now) >= 0.5 * self.rate {
+            let before = self.rate;
+            self.rate = match (self.w_max, since) {
+                (Some(w), Some(t)) => self.cubic(w, t.as_secs_f64()).max(self.rate),
+                // No congestion seen yet (slow start): double per second.
+                _ => self.rate * (1.0 + dt),
+            };
+            if self.rate > before {
+                self.metrics.went_up += 1;
+            }
+        }
+        self.clamp();
+        Duration::ZERO
+    }
+
+    fn rate(&self) -> Option<f64> {
+        Some(self.rate)
+    }
+
+    fn current_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn metrics(&self) -> Metrics {
+        self.metrics
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) -> Feedback {
+        Feedback {
+            now: Duration::from_millis(ms),
+            throttled,
+            accepted_units: units,
+            remaining: None,
+            capacity,
+        }
+    }
+
+    #[test]
+    fn starts_just_under_a_known_capacity_and_never_paces_above_it() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        a.after_attempt(&at(0, false, 25.0, Some(200.0)));
+        assert_eq!(a.rate(), Some(196.0));
+        for i in 1..200 {
+            a.after_attempt(&at(i * 125, false, 25.0, Some(200.0)));
+            assert!(a.rate().unwrap() <= 196.0);
+        }
+    }
+
+    #[test]
+    fn one_decrease_per_cooldown_converging_to_the_accepted_rate() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        // 100 units/s accepted for 2 s...
+        for i in 0..20 {
+            a.after_attempt(&at(i * 100, false, 10.0, None));
+        }
+        // ...then the server accepts only 60 units/s, throttling every other
+        // answer, for 4 s: one decrease per 1 s cooldown, toward 0.9 x 60.
+        for i in 20..60 {
+            a.after_attempt(&at(i * 100, i % 2 == 0, 6.0, None));
+        }
+        let r = a.rate().unwrap();
+        assert!(a.metrics().went_down <= 4, "{:?}", a.metrics());
+        assert!((45.0..=65.0).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn recovers_to_the_last_event_rate_after_probe_s() {
+        let cfg = AdaptiveConfig {
+            probe_s: 10.0,
+            ..AdaptiveConfig::default()
+        };
+        let mut a = Adaptive::new(cfg);
+        for i in 0..10 {
+            a.after_attempt(&at(i * 100, false, 10.0, None));
+        }
+        a.after_attempt(&at(1000, true, 0.0, None));
+        let w = a.w_max.unwrap();
+        let after_drop = a.rate().unwrap();
+        assert!((after_drop - 0.9 * w).abs() < 1e-9);
+        // Keep the client busy at its rate for 10 s.
+        let mut t = 1000;
+        while t < 11_000 {
+            t += 100;
+            let r = a.rate().unwrap();
+            a.after_attempt(&at(t, false, r / 10.0, None));
+        }
+        let r = a.rate().unwrap();
+        assert!((r - w).abs() / w < 0.01, "back at w_max: {r} vs {w}");
+    }
+
+    #[test]
+    fn follows_a_capacity_step_at_once() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        a.after_attempt(&at(0, false, 25.0, Some(200.0)));
+        a.after_attempt(&at(100, false, 25.0, Some(100.0)));
+        assert!((a.rate().unwrap() - 98.0).abs() < 1e-9);
+        a.after_attempt(&at(200, false, 25.0, Some(300.0)));
+        assert!((a.rate().unwrap() - 294.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn does_not_grow_while_idle() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        for i in 0..100 {
+            a.after_attempt(&at(i * 1000, false, 1.0, None));
+        }
+        assert_eq!(a.rate(), Some(100.0));
+    }
+
+    #[test]
+    fn stays_within_bounds_and_returns_no_delay() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        for i in 0..1000u64 {
+            let d = a.after_attempt(&at(i * 37, i % 7 == 0, (i % 30) as f64, None));
+            assert_eq!(d, Duration::ZERO);
+            let r = a.rate().unwrap();
+            assert!((1.0..=1_000_000.0).contains(&r), "{r}");
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Throttle strategies: pure state machines that turn what the server said
+//! into how long to wait. They never sleep; the caller sleeps (cancellably, on
+//! its own clock), and time is passed in, so the worker and the simulator run
+//! the very same code.
+//!
+//! The interface, for one logical request (a batch) and its attempts:
+//! `before_call` -> delay before the first attempt; after every attempt,
+//! `after_attempt(feedback)` -> delay before the next attempt (a retry after a
+//! throttle) or the next request (pacing after a success). A strategy may also
+//! ask for a pacing rate in capacity units per second (`rate`).
+//!
+//! - [`autosleeper`]: the seeds' responsive exponential backoff, exactly.
+//! - [`simple`]: linear and capped exponential backoff (seed 000), and naive
+//!   immediate retry.
+//! - [`heroku`]: Heroku's rate_throttle_client family (seed 004).
+//! - [`adaptive`]: this project's rate controller (AIMD on the pacing rate,
+//!   driven by throttles, accepted capacity and the table's capacity).
+
+pub mod adaptive;
+pub mod autosleeper;
+pub mod heroku;
+pub mod simple;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What one attempt told us.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Feedback {
+    /// When the answer came, on the caller's monotonic clock.
+    pub now: Duration,
+    /// Throttled: a throttling error, or any item returned unprocessed.
+    pub throttled: bool,
+    /// Capacity units the attempt consumed (what was written).
+    pub accepted_units: f64,
+    /// Fraction (0..=1) of the server's capacity left, when known.
+    pub remaining: Option<f64>,
+    /// The server's capacity in units per second, when known.
+    pub capacity: Option<f64>,
+}
+
+/// Counters every strategy keeps (the AutoSleeper's own metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Metrics {
+    pub invocations: u64,
+    pub went_up: u64,
+    pub went_down: u64,
+    pub slept: u64,
+    #[serde(serialize_with = "ser_secs")]
+    pub total_sleep: Duration,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Metrics {
+    /// Records a delay handed to the caller.
+    pub fn sleep(&mut self, d: Duration) -> Duration {
+        if !d.is_zero() {
+            self.slept += 1;
+            self.total_sleep += d;
+        }
+        d
+    }
+}
+
+/// A throttle strategy.
+pub trait Strategy: Send + std::fmt::Debug {
+    /// Stable name, as in config files and reports.
+    fn name(&self) -> &'static str;
+
+    /// Delay before the first attempt of a new logical request.
+    fn before_call(&mut self, _now: Duration) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Delay after an attempt: before the retry (throttled) or before the
+    /// next request (success).
+    fn after_attempt(&mut self, fb: &Feedback) -> Duration;
+
+    /// The pacing rate (capacity units per second) the strategy wants, if it
+    /// paces by rate.
+    fn rate(&self) -> Option<f64> {
+        None
+    }
+
+    /// The strategy's current delay (for metrics).
+    fn current_delay(&self) -> Duration;
+
+    fn metrics(&self) -> Metrics;
+}
+
+/// A strategy chosen by name, with its parameters inline (TOML:
+/// `strategy = { name = "autosleeper", up_multiplier = 1.5 }`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(tag = "name", rename_all = "kebab-case")]
+pub enum StrategyConfig {
+    Autosleeper(autosleeper::AutoSleeperConfig),
+    Linear(simple::LinearConfig),
+    Exponential(simple::ExponentialConfig),
+    Naive(simple::NaiveConfig),
+    HerokuExponential(heroku::HerokuConfig),
+    HerokuGradual(heroku::HerokuConfig),
+    HerokuProportional(heroku::HerokuConfig),
+    HerokuProportionalRemaining(heroku::HerokuConfig),
+    Adaptive(adaptive::AdaptiveConfig),
+}
+
+impl Default for StrategyConfig {
+    fn default() -> Self {
+        StrategyConfig::Adaptive(adaptive::AdaptiveConfig::default())
+    }
+}
+
+impl StrategyConfig {
+    /// The strategy's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StrategyConfig::Autosleeper(_) => "autosleeper",
+            StrategyConfig::Linear(_) => "linear",
+            StrategyConfig::Exponential(_) => "exponential",
+            StrategyConfig::Naive(_) => "naive",
+            StrategyConfig::HerokuExponential(_) => "heroku-exponential",
+            StrategyConfig::HerokuGradual(_) => "heroku-gradual",
+            StrategyConfig::HerokuProportional(_) => "heroku-proportional",
+            StrategyConfig::HerokuProportionalRemaining(_) => "heroku-proportional-remaining",
+            StrategyConfig::Adaptive(_) => "adaptive",
+        }
+    }
+
+    /// Checks the parameters; the message names the field and the rule.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            StrategyConfig::Autosleeper(c) => c.validate(),
+            StrategyConfig::Linear(c) => c.validate(),
+            StrategyConfig::Exponential(c) => c.validate(),
+            StrategyConfig::Naive(_) => Ok(()),
+            StrategyConfig::HerokuExponential(c)
+            | StrategyConfig::HerokuGradual(c)
+            | StrategyConfig::HerokuProportional(c)
+            | StrategyConfig::HerokuProportionalRemaining(c) => c.validate(),
+            StrategyConfig::Adaptive(c) => c.validate(),
+        }
+    }
+
+    /// Builds the state machine, with seeded randomness.
+    pub fn build(&self, seed: u64) -> Box<dyn Strategy> {
+        use heroku::{Decrease, Heroku};
+        match self {
+            StrategyConfig::Autosleeper(c) => Box::new(autosleeper::AutoSleeper::new(c, seed)),
+            StrategyConfig::Linear(c) => Box::new(simple::Linear::new(c.clone())),
+            StrategyConfig::Exponential(c) => Box::new(simple::Exponential::new(c.clone(), seed)),
+            StrategyConfig::Naive(_) => Box::new(simple::Naive::default()),
+            StrategyConfig::HerokuExponential(c) => {
+                Box::new(Heroku::new(c.clone(), Decrease::Reset, seed))
+            }
+            StrategyConfig::HerokuGradual(c) => {
+                Box::new(Heroku::new(c.clone(), Decrease::Gradual, seed))
+            }
+            StrategyConfig::HerokuProportional(c) => {
+                Box::new(Heroku::new(c.clone(), Decrease::Proportional, seed))
+            }
+            StrategyConfig::HerokuProportionalRemaining(c) => Box::new(Heroku::new(
+                c.clone(),
+                Decrease::ProportionalRemaining,
+                seed,
+            )),
+            StrategyConfig::Adaptive(c) => Box::new(adaptive::Adaptive::new(c.clone())),
+        }
+    }
+}
+
+/// One strategy shared by every writer of a table in this process.
+pub type Shared = Arc<Mutex<Box<dyn Strategy>>>;
+
+/// Wraps a strategy for sharing.
+pub fn shared(s: Box<dyn Strategy>) -> Shared {
+    Arc::new(Mutex::new(s))
+}
+
+/// `Ok` when `ok` holds (NaN comparisons are false, so NaN fails), else the
+/// message.
+pub(crate) fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(message())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_are_chosen_by_name_with_inline_parameters() {
+        #[derive(serde::Deserialize)]
+        struct T {
+            strategy: StrategyConfig,
+        }
+        let t: T =
+            toml::from_str(r#"strategy = { name = "autosleeper", up_multiplier = 2.0 }"#).unwrap();
+        match &t.strategy {
+            StrategyConfig::Autosleeper(c) => {
+                assert_eq!(c.up_multiplier, 2.0);
+                assert_eq!(c.down_multiplier, 0.9, "others keep the seeds' defaults");
+            }
+            other => panic!("{other:?}"),
+        }
+        let t: T =
+            toml::from_str(r#"strategy = { name = "heroku-proportional-remaining" }"#).unwrap();
+        assert_eq!(t.strategy.name(), "heroku-proportional-remaining");
+        let err = toml::from_str::<T>(r#"strategy = { name = "autosleeper", up = 2.0 }"#)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("unknown field `up`"), "{err}");
+        let err = toml::from_str::<T>(r#"strategy = { name = "magic" }"#)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("unknown variant `magic`"), "{err}");
+    }
+
+    #[test]
+    fn every_strategy_builds_and_names_itself() {
+        let all = [
+            StrategyConfig::Autosleeper(Default::default()),
+            StrategyConfig::Linear(Default::default()),
+            StrategyConfig::Exponential(Default::default()),
+            StrategyConfig::Naive(Default::default()),
+            StrategyConfig::HerokuExponential(Default::default()),
+            StrategyConfig::HerokuGradual(Default::default()),
+            StrategyConfig::HerokuProportional(Default::default()),
+            StrategyConfig::HerokuProportionalRemaining(Default::default()),
+            StrategyConfig::Adaptive(Default::default()),
+        ];
+        for c in all {
+            c.validate().unwrap();
+            assert_eq!(c.build(1).name(), c.name());
+        }
+    }
+}

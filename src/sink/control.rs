@@ -1,0 +1,183 @@
+//! Per-table throttle control, shared by every writer of the table in this
+//! process: the strategy (a pure state machine), the pacer it steers, the
+//! table's provisioned capacity (polled with DescribeTable), and the accepted
+//! rate over the last seconds (for strategies that want a "remaining" figure:
+//! 1 - accepted rate / capacity).
+//!
+//! Writers ask it how long to wait and tell it what happened; they sleep.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::backoff::{Feedback, Metrics, Strategy};
+use crate::pace::Pacer;
+
+/// Window of the accepted-rate estimate behind `remaining`.
+const REMAINING_WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+pub struct Control {
+    strategy: Mutex<Box<dyn Strategy>>,
+    pacer: Pacer,
+    fixed_rate: Option<f64>,
+    capacity: Mutex<Option<f64>>,
+    accepted: Mutex<VecDeque<(Duration, f64)>>,
+    epoch: Instant,
+    slept_ns: AtomicU64,
+    max_sleep_ns: AtomicU64,
+}
+
+/// The control loop's state, for logs and summaries.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ControlReport {
+    pub strategy: &'static str,
+    pub pacing_rate: Option<f64>,
+    pub current_delay_s: f64,
+    pub capacity: Option<f64>,
+    pub slept_s: f64,
+    pub max_sleep_s: f64,
+    pub metrics: Metrics,
+}
+
+impl Control {
+    pub fn new(strategy: Box<dyn Strategy>, fixed_rate: Option<f64>, burst: NonZeroU32) -> Self {
+        let rate = strategy.rate().or(fixed_rate);
+        Self {
+            strategy: Mutex::new(strategy),
+            pacer: Pacer::new(rate, burst),
+            fixed_rate,
+            capacity: Mutex::new(None),
+            accepted: Mutex::new(VecDeque::new()),
+            epoch: Instant::now(),
+            slept_ns: AtomicU64::new(0),
+            max_sleep_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Time on this control's clock.
+    pub fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// The table's provisioned write capacity (None: unknown or on-demand).
+    pub fn set_capacity(&self, capacity: Option<f64>) {
+        *self.capacity.lock().unwrap() = capacity.filter(|c| *c > 0.0);
+    }
+
+    /// Delay before a new batch's first attempt.
+    pub fn before_call(&self) -> Duration {
+        let now = self.now();
+        self.strategy.lock().unwrap().before_call(now)
+    }
+
+    /// Waits until the batch's cost may be spent at the pacing rate.
+    pub async fn pace(&self, units: u32) {
+        self.pacer.acquire(units).await;
+    }
+
+    /// Reports an attempt; returns the delay before the next one.
+    pub fn after_attempt(&self, throttled: bool, accepted_units: f64) -> Duration {
+        let now = self.now();
+        let capacity = *self.capacity.lock().unwrap();
+        let remaining =
+            capacity.map(|c| (1.0 - self.accepted_rate(now, accepted_units) / c).clamp(0.0, 1.0));
+        let fb = Feedback {
+            now,
+            throttled,
+            accepted_units,
+            remaining,
+            capacity,
+        };
+        let mut s = self.strategy.lock().unwrap();
+        let delay = s.after_attempt(&fb);
+        let rate = s.rate();
+        drop(s);
+        if rate.is_some() {
+            self.pacer.set_rate(rate);
+        }
+        delay
+    }
+
+    /// Sleeps `d` (and accounts for it).
+    pub async fn sleep(&self, d: Duration) {
+        if d.is_zero() {
+            return;
+        }
+        let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.slept_ns.fetch_add(ns, Relaxed);
+        self.max_sleep_ns.fetch_max(ns, Relaxed);
+        tokio::time::sleep(d).await;
+    }
+
+    pub fn report(&self) -> ControlReport {
+        let s = self.strategy.lock().unwrap();
+        ControlReport {
+            strategy: s.name(),
+            pacing_rate: self.pacer.rate().or(self.fixed_rate),
+            current_delay_s: s.current_delay().as_secs_f64(),
+            capacity: *self.capacity.lock().unwrap(),
+            slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
+            max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
+            metrics: s.metrics(),
+        }
+    }
+
+    /// Accepted units per second over the last window, including `units` now.
+    fn accepted_rate(&self, now: Duration, units: f64) -> f64 {
+        let mut q = self.accepted.lock().unwrap();
+        q.push_back((now, units));
+        while q
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_sub(t) > REMAINING_WINDOW)
+        {
+            q.pop_front();
+        }
+        q.iter().map(|(_, u)| u).sum::<f64>() / REMAINING_WINDOW.as_secs_f64()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::StrategyConfig;
+
+    fn burst() -> NonZeroU32 {
+        NonZeroU32::new(25).unwrap()
+    }
+
+    #[test]
+    fn a_rate_strategy_steers_the_pacer() {
+        let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        c.set_capacity(Some(200.0));
+        c.after_attempt(false, 25.0);
+        assert_eq!(c.report().pacing_rate, Some(196.0));
+        assert_eq!(c.report().capacity, Some(200.0));
+    }
+
+    #[test]
+    fn a_delay_strategy_keeps_the_fixed_rate() {
+        let cfg: StrategyConfig = toml::from_str::<toml::Value>(r#"name = "autosleeper""#)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let c = Control::new(cfg.build(1), Some(50.0), burst());
+        let d = c.after_attempt(true, 0.0);
+        assert_eq!(
+            d,
+            Duration::from_millis(500),
+            "AutoSleeper's initial interval"
+        );
+        assert_eq!(c.report().pacing_rate, Some(50.0));
+        assert_eq!(c.report().metrics.went_up, 1);
+    }
+
+    #[test]
+    fn on_demand_tables_have_no_capacity() {
+        let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        c.set_capacity(Some(0.0));
+        assert_eq!(c.report().capacity, None);
+    }
+}
