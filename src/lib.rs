@@ -21,6 +21,8 @@
 //! - [`dlq`]: the dead-letter topic for records that can never be written.
 //! - [`worker`]: the wiring of all of the above.
 //! - [`telemetry`]: logs and counters.
+//! - [`proxy`]: `ingest throttle-proxy`, a DynamoDB proxy that enforces
+//!   provisioned write capacity as DynamoDB does (the emulators do not).
 //! - [`devbroker`] and [`tools`]: the embedded Kafka broker for the local stack,
 //!   and the helper commands behind `make run` (create topics, produce sample
 //!   records, show a table).
@@ -33,6 +35,7 @@ pub mod devbroker;
 pub mod dlq;
 pub mod offsets;
 pub mod pace;
+pub mod proxy;
 pub mod sink;
 pub mod source;
 pub mod telemetry;

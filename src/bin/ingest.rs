@@ -86,6 +86,28 @@ enum Command {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// A DynamoDB proxy that enforces provisioned write capacity per table
+    /// (token bucket with burst credit), answering over capacity as DynamoDB
+    /// does. Admin: GET /_proxy/stats, POST /_proxy/capacity?table=T&wcu=N.
+    ThrottleProxy {
+        #[arg(long, default_value = "127.0.0.1:4567")]
+        listen: SocketAddr,
+        /// The DynamoDB endpoint behind the proxy.
+        #[arg(long, default_value = "http://127.0.0.1:4566")]
+        upstream: String,
+        /// Capacity for every table, WCU/s (default: each table's provisioned WCU).
+        #[arg(long)]
+        wcu: Option<f64>,
+        /// Bucket size, in seconds of capacity.
+        #[arg(long, default_value_t = 1.0)]
+        burst_s: f64,
+        /// Burst credit banked from unused capacity, in seconds (DynamoDB keeps 300).
+        #[arg(long, default_value_t = 0.0)]
+        burst_credit_s: f64,
+        /// Capacity steps after each table's first write, as seconds=wcu,...
+        #[arg(long, value_parser = parse_schedule, default_value = "")]
+        schedule: Schedule,
+    },
     /// Print how many items a table holds and a few of them.
     ShowTable {
         #[arg(long)]
@@ -96,6 +118,32 @@ enum Command {
         #[arg(long)]
         endpoint_url: Option<String>,
     },
+}
+
+#[derive(Debug, Clone)]
+struct Schedule(Vec<(f64, f64)>);
+
+fn parse_schedule(s: &str) -> Result<Schedule, String> {
+    let mut steps = Vec::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (at, wcu) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}`: expected seconds=wcu"))?;
+        let at: f64 = at
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: seconds must be a number"))?;
+        let wcu: f64 = wcu
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: wcu must be a number"))?;
+        if at < 0.0 || wcu <= 0.0 {
+            return Err(format!("`{part}`: seconds must be >= 0 and wcu > 0"));
+        }
+        steps.push((at, wcu));
+    }
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(Schedule(steps))
 }
 
 fn parse_topic(s: &str) -> Result<(String, i32), String> {
@@ -198,6 +246,26 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 _ => bail!("give either --sample N or --file PATH"),
             };
             println!("produced {n} records to {topic}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ThrottleProxy {
+            listen,
+            upstream,
+            wcu,
+            burst_s,
+            burst_credit_s,
+            schedule,
+        } => {
+            telemetry::init_logs(&human);
+            let cfg = ingest::proxy::ProxyConfig {
+                listen,
+                upstream,
+                wcu,
+                burst_s,
+                credit_s: burst_credit_s,
+                schedule: schedule.0,
+            };
+            ingest::proxy::serve(cfg, shutdown_on_signals()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::ShowTable {

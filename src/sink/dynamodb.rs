@@ -100,6 +100,32 @@ impl Dynamo {
         }
     }
 
+    /// A client for a local emulator (LocalStack, DynamoDB Local) at
+    /// `endpoint`: region and credentials from the environment when set, else
+    /// `us-east-1` and dummy keys (emulators do not check them).
+    pub fn local(endpoint: &str) -> Dynamo {
+        use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+        let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+        let creds = Credentials::new(
+            env("AWS_ACCESS_KEY_ID", "test"),
+            env("AWS_SECRET_ACCESS_KEY", "test"),
+            None,
+            None,
+            "local-emulator",
+        );
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(env("AWS_REGION", "us-east-1")))
+            .endpoint_url(endpoint)
+            .credentials_provider(creds)
+            .retry_config(RetryConfig::standard())
+            .build();
+        Dynamo {
+            client: Client::from_conf(conf),
+            endpoint: endpoint.to_string(),
+        }
+    }
+
     /// The underlying SDK client.
     pub fn client(&self) -> &Client {
         &self.client

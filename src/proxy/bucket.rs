@@ -1,0 +1,137 @@
+//! A table's provisioned write capacity as a token bucket, with DynamoDB-style
+//! burst credit. Pure: time is passed in.
+//!
+//! Tokens refill at `rate` WCU/s up to `burst_s` seconds' worth. Refill that
+//! overflows a full bucket is banked as burst credit, up to `credit_s` seconds
+//! of capacity (DynamoDB keeps up to 300 s of unused capacity). A write takes
+//! its whole cost, from the bucket first, then from the credit, or nothing.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    rate: f64,
+    burst_s: f64,
+    credit_s: f64,
+    tokens: f64,
+    credit: f64,
+    last: Duration,
+}
+
+impl Bucket {
+    /// A full bucket (no credit yet) at `now`.
+    pub fn new(rate: f64, burst_s: f64, credit_s: f64, now: Duration) -> Self {
+        Self {
+            rate,
+            burst_s,
+            credit_s,
+            tokens: rate * burst_s,
+            credit: 0.0,
+            last: now,
+        }
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    fn refill(&mut self, now: Duration) {
+        let dt = now.saturating_sub(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        let cap = self.rate * self.burst_s;
+        let filled = self.tokens + self.rate * dt;
+        let overflow = (filled - cap).max(0.0);
+        self.tokens = filled.min(cap);
+        self.credit = (self.credit + overflow).min(self.rate * self.credit_s);
+    }
+
+    /// Takes `cost` if available (bucket first, then credit).
+    pub fn try_take(&mut self, cost: f64, now: Duration) -> bool {
+        self.refill(now);
+        if self.tokens + self.credit + 1e-9 < cost {
+            return false;
+        }
+        let from_bucket = cost.min(self.tokens);
+        self.tokens -= from_bucket;
+        self.credit = (self.credit - (cost - from_bucket)).max(0.0);
+        true
+    }
+
+    /// Gives back what a write that failed downstream took.
+    pub fn refund(&mut self, cost: f64) {
+        self.tokens = (self.tokens + cost).min(self.rate * self.burst_s);
+    }
+
+    /// Changes the rate (auto scaling); the bucket keeps its fill level.
+    pub fn set_rate(&mut self, rate: f64, now: Duration) {
+        self.refill(now);
+        self.rate = rate;
+        self.tokens = self.tokens.min(rate * self.burst_s);
+        self.credit = self.credit.min(rate * self.credit_s);
+    }
+
+    /// Tokens available now (bucket plus credit).
+    pub fn available(&mut self, now: Duration) -> f64 {
+        self.refill(now);
+        self.tokens + self.credit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: f64) -> Duration {
+        Duration::from_secs_f64(x)
+    }
+
+    #[test]
+    fn refills_at_the_rate_up_to_one_burst() {
+        let mut b = Bucket::new(200.0, 1.0, 0.0, s(0.0));
+        assert!(b.try_take(200.0, s(0.0)));
+        assert!(!b.try_take(1.0, s(0.0)));
+        assert!(b.try_take(100.0, s(0.5)));
+        assert!(!b.try_take(1.0, s(0.5)));
+        assert!(
+            (b.available(s(10.0)) - 200.0).abs() < 1e-6,
+            "capped at one second"
+        );
+    }
+
+    #[test]
+    fn unused_capacity_is_banked_as_burst_credit() {
+        let mut b = Bucket::new(100.0, 1.0, 300.0, s(0.0));
+        // 10 s idle: 1 s in the bucket, 9 s banked.
+        assert!((b.available(s(10.0)) - 1000.0).abs() < 1e-6);
+        assert!(b.try_take(1000.0, s(10.0)));
+        assert!(!b.try_take(1.0, s(10.0)));
+        // Credit is capped at credit_s seconds of capacity.
+        assert!((b.available(s(10_000.0)) - 100.0 * 301.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_write_takes_its_whole_cost_or_nothing() {
+        let mut b = Bucket::new(10.0, 1.0, 0.0, s(0.0));
+        assert!(!b.try_take(11.0, s(0.0)));
+        assert!((b.available(s(0.0)) - 10.0).abs() < 1e-9, "nothing taken");
+        b.refund(5.0);
+        assert!(
+            (b.available(s(0.0)) - 10.0).abs() < 1e-9,
+            "refunds never overfill"
+        );
+    }
+
+    #[test]
+    fn rate_changes_apply_from_now() {
+        let mut b = Bucket::new(100.0, 1.0, 0.0, s(0.0));
+        assert!(b.try_take(100.0, s(0.0)));
+        b.set_rate(50.0, s(0.0));
+        assert!((b.available(s(0.5)) - 25.0).abs() < 1e-6);
+        b.set_rate(300.0, s(0.5));
+        assert!(
+            (b.available(s(1.5)) - 300.0).abs() < 1e-6,
+            "{}",
+            b.available(s(1.5))
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! DynamoDB's JSON wire format, as far as the throttle proxy needs it: the
+//! write cost of an item, splitting a BatchWriteItem into what fits and what
+//! comes back unprocessed, and the exact throttling error.
+
+use serde_json::{json, Map, Value};
+
+/// The body DynamoDB sends with HTTP 400 when a table is over capacity.
+pub const THROTTLE_TYPE: &str =
+    "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException";
+
+pub fn throttle_body() -> String {
+    json!({
+        "__type": THROTTLE_TYPE,
+        "message": "The level of configured provisioned throughput for the table was exceeded. \
+                    Consider increasing your provisioning level with the UpdateTable API.",
+    })
+    .to_string()
+}
+
+/// Size of an item in wire JSON (`{"name": {"S": "..."}, ...}`), counted as
+/// DynamoDB does (see `decode::item_size`).
+pub fn item_size(item: &Map<String, Value>) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+}
+
+fn value_size(v: &Value) -> usize {
+    let Some((kind, inner)) = v.as_object().and_then(|o| o.iter().next()) else {
+        return 0;
+    };
+    match (kind.as_str(), inner) {
+        ("S", Value::String(s)) => s.len(),
+        ("N", Value::String(n)) => n.chars().filter(char::is_ascii_digit).count().div_ceil(2) + 1,
+        ("B", Value::String(b)) => b.len() * 3 / 4,
+        ("BOOL", _) | ("NULL", _) => 1,
+        ("L", Value::Array(l)) => 3 + l.iter().map(|x| 1 + value_size(x)).sum::<usize>(),
+        ("M", Value::Object(m)) => {
+            3 + m
+                .iter()
+                .map(|(k, x)| 1 + k.len() + value_size(x))
+                .sum::<usize>()
+        }
+        ("SS", Value::Array(l)) | ("NS", Value::Array(l)) | ("BS", Value::Array(l)) => {
+            l.iter().map(|x| x.as_str().map_or(0, str::len)).sum()
+        }
+        _ => 0,
+    }
+}
+
+/// Write cost of one write request (`{"PutRequest": {"Item": ...}}` or
+/// `{"DeleteRequest": {"Key": ...}}`), in WCU: one per started KB, at least 1.
+pub fn request_wcu(req: &Value) -> f64 {
+    let item = req
+        .pointer("/PutRequest/Item")
+        .or_else(|| req.pointer("/DeleteRequest/Key"))
+        .and_then(Value::as_object);
+    let size = item.map_or(0, item_size);
+    size.div_ceil(1024).max(1) as f64
+}
+
+/// A BatchWriteItem split by capacity.
+#[derive(Debug, Default)]
+pub struct Split {
+    /// The request to forward (tables with nothing left are dropped).
+    pub forward: Map<String, Value>,
+    /// Write requests held back, per table, to return as UnprocessedItems.
+    pub withheld: Map<String, Value>,
+    /// WCU taken, per table (to refund if the forward fails).
+    pub taken: Vec<(String, f64)>,
+    pub accepted_items: usize,
+}
+
+/// Splits a BatchWriteItem body: for each write request in order, `take(table,
+/// cost)` says whether capacity was available.
+pub fn split_batch(body: &Value, mut take: impl FnMut(&str, f64) -> bool) -> Split {
+    let mut out = Split::default();
+    let mut forward_items = Map::new();
+    if let Some(tables) = body.get("RequestItems").and_then(Value::as_object) {
+        for (table, reqs) in tables {
+            let (mut keep, mut hold) = (Vec::new(), Vec::new());
+            let mut taken = 0.0;
+            for req in reqs.as_array().into_iter().flatten() {
+                let cost = request_wcu(req);
+                if take(table, cost) {
+                    taken += cost;
+                    keep.push(req.clone());
+                } else {
+                    hold.push(req.clone());
+                }
+            }
+            out.accepted_items += keep.len();
+            if !keep.is_empty() {
+                forward_items.insert(table.clone(), Value::Array(keep));
+                out.taken.push((table.clone(), taken));
+            }
+            if !hold.is_empty() {
+                out.withheld.insert(table.clone(), Value::Array(hold));
+            }
+        }
+    }
+    out.forward = body.as_object().cloned().unwrap_or_default();
+    out.forward
+        .insert("RequestItems".into(), Value::Object(forward_items));
+    out
+}
+
+/// Adds the withheld requests to a BatchWriteItem response's UnprocessedItems.
+pub fn merge_unprocessed(response: &mut Value, withheld: &Map<String, Value>) {
+    if !response.is_object() {
+        *response = json!({});
+    }
+    let obj = response.as_object_mut().expect("an object");
+    let unprocessed = obj.entry("UnprocessedItems").or_insert_with(|| json!({}));
+    if !unprocessed.is_object() {
+        *unprocessed = json!({});
+    }
+    let map = unprocessed.as_object_mut().expect("an object");
+    for (table, reqs) in withheld {
+        let list = map.entry(table.clone()).or_insert_with(|| json!([]));
+        if let (Some(list), Some(reqs)) = (list.as_array_mut(), reqs.as_array()) {
+            list.extend(reqs.iter().cloned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(id: &str, pad: usize) -> Value {
+        json!({"PutRequest": {"Item": {"id": {"S": id}, "p": {"S": "x".repeat(pad)}}}})
+    }
+
+    #[test]
+    fn sizes_follow_the_decoder_rules() {
+        let item = json!({"id": {"S": "abc"}, "n": {"N": "12.5"}, "b": {"BOOL": true},
+                          "l": {"L": [{"N": "1"}]}, "m": {"M": {"k": {"NULL": true}}}});
+        // id 2+3, n 1+(3/2 rounded up +1 = 3), b 1+1, l 1+(3+1+2), m 1+(3+1+1+1)
+        assert_eq!(item_size(item.as_object().unwrap()), 5 + 4 + 2 + 7 + 7);
+        assert_eq!(request_wcu(&put("a", 10)), 1.0);
+        assert_eq!(request_wcu(&put("a", 2000)), 2.0);
+    }
+
+    #[test]
+    fn a_batch_splits_in_order_and_unprocessed_merge_back() {
+        let body = json!({"RequestItems": {"t": [put("a", 10), put("b", 2000), put("c", 10)]},
+                          "ReturnConsumedCapacity": "TOTAL"});
+        let mut budget = 2.0;
+        let split = split_batch(&body, |_, cost| {
+            if cost <= budget {
+                budget -= cost;
+                true
+            } else {
+                false
+            }
+        });
+        assert_eq!(
+            split.accepted_items, 2,
+            "a (1) and c (1) fit, b (2) does not"
+        );
+        assert_eq!(split.forward["ReturnConsumedCapacity"], "TOTAL");
+        let fwd = split.forward["RequestItems"]["t"].as_array().unwrap();
+        assert_eq!(fwd.len(), 2);
+        assert_eq!(split.taken, vec![("t".to_string(), 2.0)]);
+        let mut resp = json!({"UnprocessedItems": {}});
+        merge_unprocessed(&mut resp, &split.withheld);
+        assert_eq!(
+            resp["UnprocessedItems"]["t"][0]["PutRequest"]["Item"]["id"]["S"],
+            "b"
+        );
+    }
+
+    #[test]
+    fn the_throttle_body_is_dynamodbs() {
+        let v: Value = serde_json::from_str(&throttle_body()).unwrap();
+        assert_eq!(v["__type"], THROTTLE_TYPE);
+    }
+}
