@@ -101,9 +101,9 @@ mod tests {
     #[test]
     fn unused_capacity_is_banked_as_burst_credit() {
         let mut b = Bucket::new(100.0, 1.0, 300.0, s(0.0));
-        // 10 s idle: 1 s in the bucket, 9 s banked.
-        assert!((b.available(s(10.0)) - 1000.0).abs() < 1e-6);
-        assert!(b.try_take(1000.0, s(10.0)));
+        // Starts full (1 s); 10 s idle refill all overflow into the credit.
+        assert!((b.available(s(10.0)) - 1100.0).abs() < 1e-6);
+        assert!(b.try_take(1100.0, s(10.0)));
         assert!(!b.try_take(1.0, s(10.0)));
         // Credit is capped at credit_s seconds of capacity.
         assert!((b.available(s(10_000.0)) - 100.0 * 301.0).abs() < 1e-6);
