@@ -16,7 +16,7 @@ export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
 .SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle
 
 build:
 	$(CARGO) build
@@ -51,6 +51,11 @@ test: build stack tansu
 
 tansu:
 	bash localstack/tansu.sh
+
+# Throttle strategies side by side through the capacity-enforcing proxy
+# (about 20 minutes); reports in target/bench/throttle.{md,json}.
+bench-throttle: build stack tansu
+	$(CARGO) bench --profile dev --bench throttle
 
 stop:
 	bash localstack/stop.sh

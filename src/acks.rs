@@ -44,6 +44,21 @@ impl Acks {
         result
     }
 
+    /// Gives a record up without writing it (its partition is closing): it
+    /// stops counting as in flight; the watermark will not pass it.
+    pub fn abandon(&self, r: &RecordRef) {
+        let _ = self
+            .lock()
+            .abandon(&r.topic, r.partition, r.offset, r.epoch);
+        self.changed.notify_all();
+    }
+
+    /// Whether the record should still be written (its partition is assigned
+    /// in the record's epoch and not closing).
+    pub fn is_live(&self, r: &RecordRef) -> bool {
+        self.lock().is_live(&r.topic, r.partition, r.epoch)
+    }
+
     /// Blocks until `done(tracker)` holds or `deadline` passes; returns
     /// whether it held.
     pub fn wait_until(&self, deadline: Instant, done: impl Fn(&OffsetTracker) -> bool) -> bool {

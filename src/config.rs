@@ -232,7 +232,7 @@ fn d_pacing_burst() -> u32 {
     25
 }
 fn d_capacity_poll_s() -> u64 {
-    10
+    5
 }
 fn d_sdk_retry_mode() -> String {
     "off".into()

@@ -14,6 +14,12 @@
 //! (records of a partition that was revoked and maybe re-assigned since) are
 //! ignored, so a late write can never move the watermark of a new assignment.
 //!
+//! A partition being revoked (or a worker stopping) is marked `closing`; the
+//! pipeline then *abandons* its records that are not being written yet. An
+//! abandoned record no longer counts as in flight (so draining ends once the
+//! writes under way are done) but is a permanent gap: the watermark stops
+//! before it and the next owner reads it again.
+//!
 //! Deliberately not here: talking to Kafka, locking, waiting. The source wraps
 //! this state machine in a mutex and does the I/O.
 
@@ -38,11 +44,21 @@ pub enum OffsetError {
 }
 
 /// State of one assigned partition.
+/// Where a tracked record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    Pending,
+    Acked,
+    Abandoned,
+}
+
 #[derive(Debug, Clone)]
 struct Partition {
     epoch: u64,
-    /// Tracked records not yet below the watermark: (offset, acked).
-    pending: VecDeque<(i64, bool)>,
+    /// Tracked records not yet below the watermark.
+    pending: VecDeque<(i64, Entry)>,
+    /// Being revoked (or the worker stopping): unstarted records are abandoned.
+    closing: bool,
     /// Next offset to commit, if known (from the broker at assignment, or acks).
     watermark: Option<i64>,
     /// Last offset successfully committed to the broker.
@@ -71,6 +87,7 @@ impl OffsetTracker {
         let state = Partition {
             epoch,
             pending: VecDeque::new(),
+            closing: false,
             watermark: committed,
             committed,
             last_tracked: None,
@@ -115,7 +132,7 @@ impl OffsetTracker {
             }
         }
         p.last_tracked = Some(offset);
-        p.pending.push_back((offset, false));
+        p.pending.push_back((offset, Entry::Pending));
         Ok(p.epoch)
     }
 
@@ -123,7 +140,7 @@ impl OffsetTracker {
     /// the source will never deliver, e.g. held back when a partition is revoked).
     pub fn untrack_from(&mut self, topic: &str, partition: i32, offset: i64) {
         if let Ok(p) = self.get_mut(topic, partition) {
-            while matches!(p.pending.back(), Some(&(o, false)) if o >= offset) {
+            while matches!(p.pending.back(), Some(&(o, Entry::Pending)) if o >= offset) {
                 p.pending.pop_back();
             }
             p.last_tracked = p
@@ -142,6 +159,43 @@ impl OffsetTracker {
         offset: i64,
         epoch: u64,
     ) -> Result<(), OffsetError> {
+        self.settle(topic, partition, offset, epoch, Entry::Acked)
+    }
+
+    /// Marks a record given up (never written): no longer in flight, and the
+    /// watermark will not pass it.
+    pub fn abandon(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        epoch: u64,
+    ) -> Result<(), OffsetError> {
+        self.settle(topic, partition, offset, epoch, Entry::Abandoned)
+    }
+
+    /// Marks a partition as closing (revocation or shutdown under way).
+    pub fn close(&mut self, topic: &str, partition: i32) {
+        if let Ok(p) = self.get_mut(topic, partition) {
+            p.closing = true;
+        }
+    }
+
+    /// Whether a record of this epoch should still be written: its partition
+    /// is assigned in that epoch and not closing.
+    pub fn is_live(&self, topic: &str, partition: i32, epoch: u64) -> bool {
+        self.get(topic, partition)
+            .is_some_and(|p| p.epoch == epoch && !p.closing)
+    }
+
+    fn settle(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        epoch: u64,
+        to: Entry,
+    ) -> Result<(), OffsetError> {
         let p = self.get_mut(topic, partition)?;
         if p.epoch != epoch {
             return Err(OffsetError::StaleEpoch(
@@ -155,11 +209,11 @@ impl OffsetTracker {
             .pending
             .binary_search_by_key(&offset, |&(o, _)| o)
             .map_err(|_| OffsetError::Unknown(topic.into(), partition, offset))?;
-        if p.pending[idx].1 {
+        if p.pending[idx].1 != Entry::Pending {
             return Err(OffsetError::Unknown(topic.into(), partition, offset));
         }
-        p.pending[idx].1 = true;
-        while let Some(&(o, true)) = p.pending.front() {
+        p.pending[idx].1 = to;
+        while let Some(&(o, Entry::Acked)) = p.pending.front() {
             p.watermark = Some(o + 1);
             p.pending.pop_front();
         }
@@ -168,8 +222,12 @@ impl OffsetTracker {
 
     /// Number of tracked records not yet acked, for a partition.
     pub fn pending(&self, topic: &str, partition: i32) -> usize {
-        self.get(topic, partition)
-            .map_or(0, |p| p.pending.iter().filter(|(_, done)| !done).count())
+        self.get(topic, partition).map_or(0, |p| {
+            p.pending
+                .iter()
+                .filter(|(_, e)| *e == Entry::Pending)
+                .count()
+        })
     }
 
     /// Number of tracked records not yet acked, over every partition.
@@ -307,6 +365,25 @@ mod tests {
     }
 
     #[test]
+    fn an_abandoned_record_ends_the_drain_but_blocks_the_watermark() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, Some(0));
+        for o in 0..4 {
+            t.track("t", 0, o).unwrap();
+        }
+        assert!(t.is_live("t", 0, e));
+        t.close("t", 0);
+        assert!(!t.is_live("t", 0, e));
+        t.ack("t", 0, 0, e).unwrap();
+        t.abandon("t", 0, 1, e).unwrap();
+        t.ack("t", 0, 2, e).unwrap();
+        t.abandon("t", 0, 3, e).unwrap();
+        assert_eq!(t.pending("t", 0), 0, "nothing left in flight");
+        assert_eq!(t.watermark("t", 0), Some(1), "offset 1 was never written");
+        assert!(t.ack("t", 0, 1, e).is_err(), "settled once");
+    }
+
+    #[test]
     fn untrack_drops_held_records_so_drain_can_finish() {
         let mut t = OffsetTracker::new();
         let e = t.assign("t", 0, None);
@@ -323,13 +400,15 @@ mod tests {
     }
 
     proptest! {
-        /// Random offsets (with holes), random completion order: the watermark
-        /// never passes an unacked record, and ends at last offset + 1.
+        /// Random offsets (with holes), random completion order, some records
+        /// abandoned: the watermark never passes a record that is not acked,
+        /// and ends at the first abandoned one, or last offset + 1.
         #[test]
         fn watermark_never_passes_a_gap(
             steps in proptest::collection::vec(1i64..4, 1..60),
             order in any::<proptest::sample::Index>(),
             seed in any::<u64>(),
+            abandon_one_in in 0u64..8,
         ) {
             let mut offsets = Vec::new();
             let mut o = 0;
@@ -345,9 +424,16 @@ mod tests {
                 completion.swap(i, (x >> 33) as usize % (i + 1));
             }
             let mut acked = std::collections::BTreeSet::new();
+            let mut abandoned = std::collections::BTreeSet::new();
             for &o in &completion {
-                t.ack("t", 1, o, e).unwrap();
-                acked.insert(o);
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                if abandon_one_in > 0 && (x >> 33) % abandon_one_in == 0 {
+                    t.abandon("t", 1, o, e).unwrap();
+                    abandoned.insert(o);
+                } else {
+                    t.ack("t", 1, o, e).unwrap();
+                    acked.insert(o);
+                }
                 if let Some(w) = t.watermark("t", 1) {
                     // Every tracked offset below the watermark is acked.
                     for &x in offsets.iter().filter(|&&x| x < w) {
@@ -355,14 +441,20 @@ mod tests {
                     }
                     // The watermark sits right after an acked record.
                     prop_assert!(acked.contains(&(w - 1)));
-                    // The first unacked record is at or after the watermark.
+                    // The first record not acked is at or after the watermark.
                     if let Some(&first) = offsets.iter().find(|x| !acked.contains(x)) {
                         prop_assert!(first >= w);
                     }
                 }
             }
-            prop_assert_eq!(t.watermark("t", 1), Some(*offsets.last().unwrap() + 1));
             prop_assert_eq!(t.pending("t", 1), 0);
+            match abandoned.iter().next() {
+                None => prop_assert_eq!(t.watermark("t", 1), Some(*offsets.last().unwrap() + 1)),
+                Some(&first) => {
+                    let before = offsets.iter().filter(|&&x| x < first).max();
+                    prop_assert_eq!(t.watermark("t", 1), before.map(|b| b + 1));
+                }
+            }
         }
     }
 }

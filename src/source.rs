@@ -5,7 +5,9 @@
 //! When the channel is full it **pauses** its partitions and keeps polling, so
 //! a slow table never makes it miss `max.poll.interval.ms`. It commits the
 //! acked watermarks periodically, on revocation (after draining the revoked
-//! partitions' in-flight records), and at shutdown.
+//! partitions' in-flight writes), and at shutdown. Draining marks the
+//! partitions closing: writes under way finish, records not yet being written
+//! are abandoned (and read again by the next owner).
 //!
 //! It is a thread, not a task, because librdkafka runs rebalance callbacks
 //! inside `poll`, and a revocation must block until the writes of the revoked
@@ -64,6 +66,14 @@ pub enum SourceError {
     PipelineClosed,
 }
 
+/// The partitions this worker holds, and each topic's partition count: what
+/// the throttle control needs to know its share of a table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Assignment {
+    pub assigned: Vec<TopicPartition>,
+    pub partitions: HashMap<String, usize>,
+}
+
 /// What the source needs to run.
 #[derive(Debug, Clone)]
 pub struct SourceOptions {
@@ -95,12 +105,18 @@ struct Ctx {
     paused: AtomicBool,
     closing: AtomicBool,
     assigned_once: AtomicBool,
+    /// Between a revocation and the next assignment (eager rebalancing): the
+    /// worker holds nothing, which must not read as "caught up".
+    rebalancing: AtomicBool,
     drain_timeout: Duration,
     /// End offset seen at assignment, per partition; absent until learnt.
     targets: Mutex<HashMap<TopicPartition, i64>>,
     /// Partitions whose start position and end offset are still to be learnt.
     to_learn: Mutex<Vec<TopicPartition>>,
     counters: Arc<Counters>,
+    /// Each source topic's partition count (from the metadata at start).
+    partitions: Mutex<HashMap<String, usize>>,
+    assignment: tokio::sync::watch::Sender<Assignment>,
 }
 
 impl ClientContext for Ctx {}
@@ -108,7 +124,10 @@ impl ClientContext for Ctx {}
 impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
-            Rebalance::Revoke(tpl) => self.on_revoke(consumer, tpl),
+            Rebalance::Revoke(tpl) => {
+                self.rebalancing.store(true, SeqCst);
+                self.on_revoke(consumer, tpl)
+            }
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
             Rebalance::Assign(_) => {}
         }
@@ -128,6 +147,8 @@ impl ConsumerContext for Ctx {
                 let _ = consumer.pause(tpl);
             }
             self.assigned_once.store(true, SeqCst);
+            self.rebalancing.store(false, SeqCst);
+            self.publish_assignment();
             info!(partitions = %fmt_tps(&tps), "partitions assigned");
         }
     }
@@ -138,6 +159,13 @@ impl Ctx {
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let tps = tps_of(tpl);
         self.drop_held(|t, p| tps.iter().any(|(tt, pp)| tt == t && *pp == p));
+        {
+            // Writes under way finish; records not yet being written are abandoned.
+            let mut tracker = self.acks.lock();
+            for (t, p) in &tps {
+                tracker.close(t, *p);
+            }
+        }
         let wait = if self.closing.load(SeqCst) {
             Duration::ZERO
         } else {
@@ -154,13 +182,24 @@ impl Ctx {
         } else if let Err(e) = commit(consumer, &self.acks, &self.counters, Some(&tps)) {
             warn!(error = %e, "commit on revocation failed");
         }
-        let mut tracker = self.acks.lock();
-        let mut targets = self.targets.lock().unwrap();
-        for (t, p) in &tps {
-            tracker.revoke(t, *p);
-            targets.remove(&(t.clone(), *p));
+        {
+            let mut tracker = self.acks.lock();
+            let mut targets = self.targets.lock().unwrap();
+            for (t, p) in &tps {
+                tracker.revoke(t, *p);
+                targets.remove(&(t.clone(), *p));
+            }
         }
+        self.publish_assignment();
         info!(partitions = %fmt_tps(&tps), "partitions revoked");
+    }
+
+    fn publish_assignment(&self) {
+        let a = Assignment {
+            assigned: self.acks.lock().assigned(),
+            partitions: self.partitions.lock().unwrap().clone(),
+        };
+        self.assignment.send_replace(a);
     }
 
     /// Drops held (not yet forwarded) records matching `which`, untracking them.
@@ -186,6 +225,7 @@ pub fn run(
     counters: Arc<Counters>,
     stop: CancellationToken,
     abort: CancellationToken,
+    assignment: tokio::sync::watch::Sender<Assignment>,
 ) -> Result<SourceExit, SourceError> {
     let ctx = Ctx {
         acks: acks.clone(),
@@ -193,13 +233,16 @@ pub fn run(
         paused: AtomicBool::new(false),
         closing: AtomicBool::new(false),
         assigned_once: AtomicBool::new(false),
+        rebalancing: AtomicBool::new(false),
         drain_timeout: opts.drain_timeout,
         targets: Mutex::new(HashMap::new()),
         to_learn: Mutex::new(Vec::new()),
         counters: counters.clone(),
+        partitions: Mutex::new(HashMap::new()),
+        assignment,
     };
     let consumer: BaseConsumer<Ctx> = consumer_config(&opts.kafka).create_with_context(ctx)?;
-    check_topics(&consumer, &opts)?;
+    *consumer.context().partitions.lock().unwrap() = check_topics(&consumer, &opts)?;
     let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let mut poller = Poller {
@@ -224,7 +267,11 @@ pub fn run(
     result
 }
 
-fn check_topics(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Result<(), SourceError> {
+/// Checks that every topic exists; returns each topic's partition count.
+fn check_topics(
+    consumer: &BaseConsumer<Ctx>,
+    opts: &SourceOptions,
+) -> Result<HashMap<String, usize>, SourceError> {
     let brokers = opts.kafka.brokers.clone();
     let md = consumer
         .fetch_metadata(None, opts.kafka.metadata_timeout)
@@ -232,19 +279,19 @@ fn check_topics(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Result<()
             brokers: brokers.clone(),
             cause,
         })?;
-    let present: Vec<&str> = md
+    let counts: HashMap<String, usize> = md
         .topics()
         .iter()
         .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-        .map(|t| t.name())
+        .map(|t| (t.name().to_string(), t.partitions().len()))
         .collect();
     let wanted = opts.topics.iter().chain([&opts.kafka.dead_letter_topic]);
     let missing: Vec<String> = wanted
-        .filter(|t| !present.contains(&t.as_str()))
+        .filter(|t| !counts.contains_key(t.as_str()))
         .cloned()
         .collect();
     if missing.is_empty() {
-        Ok(())
+        Ok(counts)
     } else {
         Err(SourceError::MissingTopics {
             brokers,
@@ -416,7 +463,11 @@ impl Poller {
     }
 
     fn reached(&self, pos: impl Fn(&OffsetTracker, &TopicPartition) -> Option<i64>) -> bool {
-        if !self.ctx().assigned_once.load(SeqCst) || !self.ctx().held.lock().unwrap().is_empty() {
+        let ctx = self.ctx();
+        if !ctx.assigned_once.load(SeqCst)
+            || ctx.rebalancing.load(SeqCst)
+            || !ctx.held.lock().unwrap().is_empty()
+        {
             return false;
         }
         let tracker = self.ctx().acks.lock();
@@ -444,6 +495,13 @@ impl Poller {
         let ctx = self.consumer.context().clone();
         ctx.drop_held(|_, _| true);
         let _ = self.set_paused(true);
+        {
+            // Writes under way finish; records not yet being written are abandoned.
+            let mut tracker = ctx.acks.lock();
+            for (t, p) in tracker.assigned() {
+                tracker.close(&t, p);
+            }
+        }
         let wait = if self.abort.is_cancelled() {
             Duration::ZERO
         } else {

@@ -26,7 +26,7 @@ use crate::sink::control::{Control, ControlReport};
 use crate::sink::dynamodb::Dynamo;
 use crate::sink::writer::{FatalWrite, Writer};
 use crate::sink::WriteError;
-use crate::source::{self, Record, SourceError, SourceExit, SourceOptions};
+use crate::source::{self, Assignment, Record, SourceError, SourceExit, SourceOptions};
 use crate::telemetry::{Counters, Snapshot};
 use rdkafka::message::Message;
 
@@ -138,10 +138,14 @@ pub async fn run(
         until_caught_up,
         drain_timeout: settings.pipeline.drain_timeout,
     };
+    let (assignment_tx, assignment_rx) = tokio::sync::watch::channel(Assignment::default());
+    pollers.spawn(follow_assignment(assignment_rx, &routes));
     let source = {
         let (acks, counters, stop, abort) =
             (acks.clone(), counters.clone(), stop.clone(), abort.clone());
-        tokio::task::spawn_blocking(move || source::run(opts, tx, acks, counters, stop, abort))
+        tokio::task::spawn_blocking(move || {
+            source::run(opts, tx, acks, counters, stop, abort, assignment_tx)
+        })
     };
     let forward = {
         let stop = stop.clone();
@@ -202,6 +206,41 @@ fn distinct_tables(routes: &HashMap<String, Resolved>) -> Vec<Arc<Table>> {
         }
     }
     out
+}
+
+/// Keeps each table's share current: the worker's share of the partitions of
+/// the topics routed to the table (the adaptive strategy starts there).
+fn follow_assignment(
+    mut rx: tokio::sync::watch::Receiver<Assignment>,
+    routes: &HashMap<String, Resolved>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let tables: Vec<(Arc<Table>, Vec<String>)> = distinct_tables(routes)
+        .into_iter()
+        .map(|t| {
+            let topics = routes
+                .iter()
+                .filter(|(_, r)| Arc::ptr_eq(&r.table, &t))
+                .map(|(topic, _)| topic.clone())
+                .collect();
+            (t, topics)
+        })
+        .collect();
+    async move {
+        while rx.changed().await.is_ok() {
+            let a = rx.borrow_and_update().clone();
+            for (t, topics) in &tables {
+                let total: usize = topics.iter().filter_map(|tp| a.partitions.get(tp)).sum();
+                let mine = a
+                    .assigned
+                    .iter()
+                    .filter(|(tp, _)| topics.contains(tp))
+                    .count();
+                if total > 0 {
+                    t.control.set_share(Some(mine as f64 / total as f64));
+                }
+            }
+        }
+    }
 }
 
 /// Re-reads each table's provisioned capacity every `every` (auto scaling
@@ -348,6 +387,11 @@ impl Pipeline {
     }
 
     async fn accept(&mut self, record: Record) {
+        if !self.writer.acks.is_live(&record.at) {
+            // Its partition is being revoked or the worker is stopping.
+            self.writer.acks.abandon(&record.at);
+            return;
+        }
         let Some(route) = self.routes.get(&*record.at.topic).cloned() else {
             // Subscribed topics are exactly the routed ones.
             unreachable!("record from unrouted topic {}", record.at.topic);

@@ -13,10 +13,14 @@
 //!   stays near it for a while, then probes beyond it, convex. Many independent
 //!   clients converge to fair shares (AIMD), and throttles stay rare because
 //!   most of the cycle is spent just under the limit.
-//! - **Follow the known capacity.** When the feedback carries the table's
-//!   provisioned capacity (DescribeTable, which auto scaling updates), a change
-//!   rescales the rate and `w_max` by the same ratio: every worker does the same,
-//!   so the fleet follows a step at once. One client never paces above
+//! - **Follow the expected share.** When the feedback carries the table's
+//!   provisioned capacity (DescribeTable, which auto scaling updates) and this
+//!   client's share of it (its share of the consumer group's partitions), the
+//!   client starts at `target_fraction` x capacity x share, and a change of
+//!   either rescales the rate and `w_max` by the same ratio: every worker does
+//!   the same, so the fleet follows a capacity step or a worker joining or
+//!   leaving at once. The share is a starting point, not a cap (an idle peer's
+//!   capacity is found by probing); one client never paces above
 //!   `target_fraction` x capacity.
 //! - **Slow start.** Before the first congestion event, with no capacity known
 //!   (on-demand tables), the rate doubles every second while it is used.
@@ -106,6 +110,8 @@ pub struct Adaptive {
     last_decrease: Option<Duration>,
     last_update: Option<Duration>,
     capacity: Option<f64>,
+    /// capacity x share as last seen.
+    expected: Option<f64>,
     /// (time, accepted units) within the window.
     accepted: VecDeque<(Duration, f64)>,
     metrics: Metrics,
@@ -120,6 +126,7 @@ impl Adaptive {
             last_decrease: None,
             last_update: None,
             capacity: None,
+            expected: None,
             accepted: VecDeque::new(),
             metrics: Metrics::default(),
         }
@@ -147,20 +154,26 @@ impl Adaptive {
         }
     }
 
-    fn follow(&mut self, capacity: Option<f64>) {
+    fn follow(&mut self, capacity: Option<f64>, share: Option<f64>) {
         let Some(c) = capacity.filter(|c| *c > 0.0 && self.cfg.follow_capacity) else {
             return;
         };
-        match self.capacity {
-            None if self.w_max.is_none() => self.rate = c * self.cfg.target_fraction,
-            Some(prev) if (c - prev).abs() > prev * 0.01 => {
-                let k = c / prev;
+        self.capacity = Some(c);
+        let share = share.unwrap_or(1.0);
+        if share.is_nan() || share <= 0.0 {
+            return; // no partitions now: keep the rate for when work returns
+        }
+        let e = c * share.min(1.0);
+        match self.expected {
+            None if self.w_max.is_none() => self.rate = e * self.cfg.target_fraction,
+            Some(prev) if (e - prev).abs() > prev * 0.01 => {
+                let k = e / prev;
                 self.rate *= k;
                 self.w_max = self.w_max.map(|w| w * k);
             }
             _ => {}
         }
-        self.capacity = Some(c);
+        self.expected = Some(e);
     }
 
     /// The CUBIC curve: w_max * decrease at t = 0, w_max at t = probe_s.
@@ -189,7 +202,7 @@ impl Strategy for Adaptive {
     fn after_attempt(&mut self, fb: &Feedback) -> Duration {
         self.metrics.invocations += 1;
         self.record(fb.now, fb.accepted_units);
-        self.follow(fb.capacity);
+        self.follow(fb.capacity, fb.share);
         let dt = self
             .last_update
             .map_or(0.0, |t| fb.now.saturating_sub(t).as_secs_f64())
@@ -249,6 +262,7 @@ mod tests {
             accepted_units: units,
             remaining: None,
             capacity,
+            share: None,
         }
     }
 
@@ -313,6 +327,24 @@ mod tests {
         assert!((a.rate().unwrap() - 98.0).abs() < 1e-9);
         a.after_attempt(&at(200, false, 25.0, Some(300.0)));
         assert!((a.rate().unwrap() - 294.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn starts_at_its_share_and_follows_workers_joining_and_leaving() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        let fb = |ms, share| Feedback {
+            share: Some(share),
+            ..at(ms, false, 10.0, Some(300.0))
+        };
+        a.after_attempt(&fb(0, 1.0 / 3.0));
+        assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
+        a.after_attempt(&fb(100, 0.5));
+        assert!((a.rate().unwrap() - 147.0).abs() < 1e-9, "{:?}", a.rate());
+        a.after_attempt(&fb(200, 0.0));
+        assert!(
+            (a.rate().unwrap() - 147.0).abs() < 1e-9,
+            "no partitions: unchanged"
+        );
     }
 
     #[test]

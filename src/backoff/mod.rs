@@ -37,6 +37,9 @@ pub struct Feedback {
     pub remaining: Option<f64>,
     /// The server's capacity in units per second, when known.
     pub capacity: Option<f64>,
+    /// The fraction of that capacity this client can expect (its share of the
+    /// consumer group's partitions feeding the table), when known.
+    pub share: Option<f64>,
 }
 
 /// Counters every strategy keeps (the AutoSleeper's own metrics).

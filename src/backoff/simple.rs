@@ -222,6 +222,7 @@ mod tests {
         accepted_units: 0.0,
         remaining: None,
         capacity: None,
+        share: None,
     };
     const OK: Feedback = Feedback {
         throttled: false,

@@ -79,6 +79,9 @@ pub struct TableStats {
     pub offered_wcu: f64,
     pub first_write_s: Option<f64>,
     pub last_accept_s: Option<f64>,
+    /// Per second since the first write: [second, accepted WCU, throttled
+    /// requests (400 or partial), capacity in force].
+    pub timeline: Vec<[f64; 4]>,
 }
 
 #[derive(Debug)]
@@ -94,6 +97,20 @@ struct TableState {
 }
 
 impl TableState {
+    /// The timeline slot for `now` (seconds since the first write).
+    fn second(&mut self, now: Duration) -> &mut [f64; 4] {
+        let start = self.first_write.unwrap_or(now);
+        let i = now.saturating_sub(start).as_secs() as usize;
+        let wcu = self.bucket.as_ref().map_or(0.0, Bucket::rate);
+        while self.stats.timeline.len() <= i {
+            let sec = self.stats.timeline.len() as f64;
+            self.stats.timeline.push([sec, 0.0, 0.0, wcu]);
+        }
+        let slot = &mut self.stats.timeline[i];
+        slot[3] = wcu;
+        slot
+    }
+
     fn offered(&self) -> f64 {
         let (Some(start), Some(end)) = (self.first_write, self.last_accept) else {
             return 0.0;
@@ -320,6 +337,7 @@ impl Proxy {
                 let st = map.get_mut(t).expect("ensured");
                 st.stats.throttled_requests += 1;
                 st.stats.throttled_items += count_for(&split.withheld, t);
+                st.second(now)[2] += 1.0;
             }
             return throttled();
         }
@@ -333,6 +351,7 @@ impl Proxy {
                 if ok {
                     st.stats.accepted_wcu += cost;
                     st.last_accept = Some(self.now());
+                    st.second(now)[1] += cost;
                 } else if let Some(b) = st.bucket.as_mut() {
                     b.refund(*cost);
                 }
@@ -349,6 +368,7 @@ impl Proxy {
                     st.stats.unprocessed_items += held;
                     if held > 0 {
                         st.stats.partial_requests += 1;
+                        st.second(now)[2] += 1.0;
                     }
                 }
             }

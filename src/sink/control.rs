@@ -24,6 +24,11 @@ pub struct Control {
     pacer: Pacer,
     fixed_rate: Option<f64>,
     capacity: Mutex<Option<f64>>,
+    /// This worker's share of the table (its share of the partitions feeding it).
+    share: Mutex<Option<f64>>,
+    /// Batches take turns at the pacer in the order they arrive (tokio's
+    /// mutex is fair), so a later batch never overtakes an earlier one.
+    turn: tokio::sync::Mutex<()>,
     accepted: Mutex<VecDeque<(Duration, f64)>>,
     epoch: Instant,
     slept_ns: AtomicU64,
@@ -37,6 +42,7 @@ pub struct ControlReport {
     pub pacing_rate: Option<f64>,
     pub current_delay_s: f64,
     pub capacity: Option<f64>,
+    pub share: Option<f64>,
     pub slept_s: f64,
     pub max_sleep_s: f64,
     pub metrics: Metrics,
@@ -50,6 +56,8 @@ impl Control {
             pacer: Pacer::new(rate, burst),
             fixed_rate,
             capacity: Mutex::new(None),
+            share: Mutex::new(None),
+            turn: tokio::sync::Mutex::new(()),
             accepted: Mutex::new(VecDeque::new()),
             epoch: Instant::now(),
             slept_ns: AtomicU64::new(0),
@@ -67,21 +75,34 @@ impl Control {
         *self.capacity.lock().unwrap() = capacity.filter(|c| *c > 0.0);
     }
 
+    /// This worker's share of the table's capacity (None: unknown).
+    pub fn set_share(&self, share: Option<f64>) {
+        *self.share.lock().unwrap() = share;
+    }
+
     /// Delay before a new batch's first attempt.
     pub fn before_call(&self) -> Duration {
         let now = self.now();
         self.strategy.lock().unwrap().before_call(now)
     }
 
-    /// Waits until the batch's cost may be spent at the pacing rate.
-    pub async fn pace(&self, units: u32) {
+    /// Waits for this batch's turn, then until its cost may be spent at the
+    /// pacing rate. Returns false (spending nothing) if, when its turn comes,
+    /// `wanted()` says the batch is no longer to be sent.
+    pub async fn pace(&self, units: u32, wanted: impl Fn() -> bool) -> bool {
+        let _turn = self.turn.lock().await;
+        if !wanted() {
+            return false;
+        }
         self.pacer.acquire(units).await;
+        true
     }
 
     /// Reports an attempt; returns the delay before the next one.
     pub fn after_attempt(&self, throttled: bool, accepted_units: f64) -> Duration {
         let now = self.now();
         let capacity = *self.capacity.lock().unwrap();
+        let share = *self.share.lock().unwrap();
         let remaining =
             capacity.map(|c| (1.0 - self.accepted_rate(now, accepted_units) / c).clamp(0.0, 1.0));
         let fb = Feedback {
@@ -90,6 +111,7 @@ impl Control {
             accepted_units,
             remaining,
             capacity,
+            share,
         };
         let mut s = self.strategy.lock().unwrap();
         let delay = s.after_attempt(&fb);
@@ -119,6 +141,7 @@ impl Control {
             pacing_rate: self.pacer.rate().or(self.fixed_rate),
             current_delay_s: s.current_delay().as_secs_f64(),
             capacity: *self.capacity.lock().unwrap(),
+            share: *self.share.lock().unwrap(),
             slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
             metrics: s.metrics(),

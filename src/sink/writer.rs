@@ -98,11 +98,28 @@ impl Writer {
         seed: u64,
     ) -> Result<Option<(Vec<Slot>, String)>, WriteError> {
         let mut transient = transient_backoff(seed);
+        let mut first = true;
         let c = &self.counters;
         ctl.sleep(ctl.before_call()).await;
         while !remaining.is_empty() {
             let cost: u32 = remaining.iter().map(Slot::wcu).sum();
-            ctl.pace(cost).await;
+            // A batch never sent whose partitions were revoked meanwhile (or
+            // the worker is stopping) is given up: the next owner writes it.
+            // Once sent, a batch is in flight and is finished.
+            let live = |slots: &[Slot]| {
+                slots
+                    .iter()
+                    .any(|s| s.entries.iter().any(|e| self.acks.is_live(&e.record.at)))
+            };
+            let go = ctl.pace(cost, || !first || live(&remaining)).await;
+            if first {
+                remaining = self.drop_dead(remaining);
+                if !go || remaining.is_empty() {
+                    self.abandon_all(&remaining);
+                    break;
+                }
+                first = false;
+            }
             let items = remaining.iter().map(|s| s.item().clone()).collect();
             Counters::add(&c.requests, 1);
             let (throttled, accepted) = match self.dynamo.batch_write(table, items).await {
@@ -198,6 +215,21 @@ impl Writer {
         self.dlq.send(record, reason, detail).await;
         Counters::add(&self.counters.dead_lettered, 1);
         self.ack(record);
+    }
+
+    fn abandon_all(&self, slots: &[Slot]) {
+        for e in slots.iter().flat_map(|s| &s.entries) {
+            self.acks.abandon(&e.record.at);
+        }
+    }
+
+    /// Keeps the slots with a record still to be written; abandons the rest.
+    fn drop_dead(&self, slots: Vec<Slot>) -> Vec<Slot> {
+        let (live, dead): (Vec<Slot>, Vec<Slot>) = slots
+            .into_iter()
+            .partition(|s| s.entries.iter().any(|e| self.acks.is_live(&e.record.at)));
+        self.abandon_all(&dead);
+        live
     }
 
     fn written(&self, slots: &[Slot]) {

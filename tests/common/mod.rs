@@ -59,6 +59,12 @@ pub async fn dynamo() -> Client {
 /// Creates an on-demand table keyed by `id` (S), optionally with a sort key
 /// `sk` (N).
 pub async fn create_table(client: &Client, name: &str, sort_key: bool) {
+    create_table_with(client, name, sort_key, None).await
+}
+
+/// Creates a table keyed by `id` (S) (and `sk` (N)), with provisioned write
+/// capacity `wcu`, or on demand.
+pub async fn create_table_with(client: &Client, name: &str, sort_key: bool, wcu: Option<i64>) {
     let mut req = client
         .create_table()
         .table_name(name)
@@ -77,6 +83,17 @@ pub async fn create_table(client: &Client, name: &str, sort_key: bool) {
                 .unwrap(),
         )
         .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest);
+    if let Some(w) = wcu {
+        req = req
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::Provisioned)
+            .provisioned_throughput(
+                aws_sdk_dynamodb::types::ProvisionedThroughput::builder()
+                    .read_capacity_units(5)
+                    .write_capacity_units(w)
+                    .build()
+                    .unwrap(),
+            );
+    }
     if sort_key {
         req = req
             .key_schema(
@@ -297,8 +314,14 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// Creates the topics and the table, writes a config file.
+    /// Creates the topics and an on-demand table, writes a config file.
     pub async fn new(partitions: i32, extra_route: &str) -> Setup {
+        Setup::build(partitions, extra_route, None).await
+    }
+
+    /// Like `new`, with a table of `wcu` provisioned write capacity (None: on
+    /// demand).
+    pub async fn build(partitions: i32, extra_route: &str, wcu: Option<i64>) -> Setup {
         require_stack();
         let s = Setup {
             topic: unique("in"),
@@ -309,7 +332,13 @@ impl Setup {
             config: std::env::temp_dir().join(format!("{}.toml", unique("ingest-test"))),
         };
         create_topics(&[(&s.topic, partitions), (&s.dlq, 1)]).await;
-        create_table(&dynamo().await, &s.table, extra_route.contains("sort_key")).await;
+        create_table_with(
+            &dynamo().await,
+            &s.table,
+            extra_route.contains("sort_key"),
+            wcu,
+        )
+        .await;
         let toml = format!(
             r#"
 [kafka]
@@ -354,6 +383,20 @@ level = "info"
 
     pub fn committed(&self) -> Vec<i64> {
         committed(&self.group, &self.topic, self.partitions)
+    }
+
+    /// Points the worker at another DynamoDB endpoint (a proxy).
+    pub fn use_endpoint(&self, endpoint: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, text.replace(DYNAMODB, endpoint)).unwrap();
+    }
+
+    /// Sets config keys by appending a section (e.g. "[throttle]\n...").
+    pub fn append_config(&self, toml: &str) {
+        let mut text = std::fs::read_to_string(&self.config).unwrap();
+        text.push('\n');
+        text.push_str(toml);
+        std::fs::write(&self.config, text).unwrap();
     }
 
     pub fn end_offsets(&self) -> Vec<i64> {
@@ -452,6 +495,16 @@ impl Worker {
     }
 }
 
+impl Drop for Worker {
+    /// A test that fails leaves no worker behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Polls `f` until it returns true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
 where
@@ -465,5 +518,70 @@ where
             "timed out after {timeout:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An `ingest throttle-proxy` subprocess in front of LocalStack.
+pub struct ThrottleProxy {
+    child: Child,
+    pub addr: String,
+}
+
+impl ThrottleProxy {
+    /// Starts the proxy with extra arguments (e.g. `--schedule`).
+    pub fn start(args: &[&str]) -> ThrottleProxy {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_ingest"))
+            .args(["throttle-proxy", "--listen", &addr, "--upstream", DYNAMODB])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn proxy");
+        // Owned from here on: Drop kills and reaps it.
+        let proxy = ThrottleProxy { child, addr };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(&proxy.addr).is_ok() {
+                return proxy;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("throttle proxy did not listen on {}", proxy.addr);
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// One admin request; returns the JSON body.
+    pub fn admin(&self, method: &str, path: &str) -> Value {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.addr).unwrap();
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", self.addr).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("proxy answered {text:?}: {e}"))
+    }
+
+    /// The proxy's counters for one table.
+    pub fn stats(&self, table: &str) -> Value {
+        self.admin("GET", "/_proxy/stats")["tables"][table].clone()
+    }
+}
+
+impl Drop for ThrottleProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
