@@ -140,6 +140,7 @@ pub async fn run(
     };
     let (assignment_tx, assignment_rx) = tokio::sync::watch::channel(Assignment::default());
     pollers.spawn(follow_assignment(assignment_rx, &routes));
+    pollers.spawn(log_controls(tables.clone(), counters.clone()));
     let source = {
         let (acks, counters, stop, abort) =
             (acks.clone(), counters.clone(), stop.clone(), abort.clone());
@@ -206,6 +207,29 @@ fn distinct_tables(routes: &HashMap<String, Resolved>) -> Vec<Arc<Table>> {
         }
     }
     out
+}
+
+/// Every 10 s, one line per table with the throttle control's state.
+async fn log_controls(tables: Vec<Arc<Table>>, counters: Arc<Counters>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let totals = counters.snapshot();
+        for t in &tables {
+            let r = t.control.report();
+            info!(
+                table = %t.name,
+                strategy = r.strategy,
+                pacing_rate = r.pacing_rate.unwrap_or(0.0),
+                current_delay_s = r.current_delay_s,
+                capacity = r.capacity.unwrap_or(0.0),
+                share = r.share.unwrap_or(1.0),
+                slept_s = r.slept_s,
+                throttled_requests = totals.throttled_requests,
+                unprocessed_items = totals.unprocessed_items,
+                "throttle control"
+            );
+        }
+    }
 }
 
 /// Keeps each table's share current: the worker's share of the partitions of
