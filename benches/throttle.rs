@@ -1,7 +1,8 @@
 //! `make bench-throttle`: the throttle strategies side by side, in one run, on
 //! the same proxy settings (a table capped at 200 WCU/s by `ingest
-//! throttle-proxy`, no burst credit), with 1 and 3 workers, plus a capacity
-//! step (200 -> 100 -> 300 WCU/s) for the default strategy.
+//! throttle-proxy` with DynamoDB's burst credit: up to 300 s of unused capacity,
+//! starting empty; BENCH_CREDIT_S changes it), with 1 and 3 workers, plus a
+//! capacity step (200 -> 100 -> 300 WCU/s) for the default strategy.
 //!
 //! Per run: requests per record written against the ideal (full batches of 25),
 //! throttled-request rate (a throttling error or any unprocessed item),
@@ -206,10 +207,12 @@ fn summary_line(r: &Value) -> String {
 }
 
 fn markdown(rows: &[Value], steps: &[Value], records: usize) -> String {
+    let credit = std::env::var("BENCH_CREDIT_S").unwrap_or_else(|_| "300".into());
     let mut md = format!(
         "# Throttle strategies through `ingest throttle-proxy`\n\n\
          {records} records of mixed sizes (1, 2 and 5 WCU) per run into a table capped at \
-         {CAPACITY} WCU/s (token bucket of 1 s, no burst credit), LocalStack behind the proxy. \
+         {CAPACITY} WCU/s (token bucket of 1 s plus DynamoDB-style burst credit of up to \
+         {credit} s of unused capacity, starting empty), LocalStack behind the proxy. \
          Ideal: one request per 25 records, utilization 100%, time = total WCU / capacity. \
          A request counts as throttled if it got a throttling error or came back with any \
          unprocessed item.\n\n\

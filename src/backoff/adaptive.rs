@@ -22,6 +22,10 @@
 //!   leaving at once. The share is a starting point, not a cap (an idle peer's
 //!   capacity is found by probing); one client never paces above
 //!   `target_fraction` x capacity.
+//! - **Back to the fair share soon.** Below the expected share (target x
+//!   capacity x share) the rate climbs back linearly within `fast_recovery_s`:
+//!   a throttle there is a transient (peers starting, bursts coinciding), not
+//!   less capacity. Above it, CUBIC probes slowly.
 //! - **Slow start.** Before the first congestion event, with no capacity known
 //!   (on-demand tables), the rate doubles every second while it is used.
 //! - **Never inflate when idle.** The rate grows only while the client uses most
@@ -53,6 +57,8 @@ pub struct AdaptiveConfig {
     pub window_ms: f64,
     /// Rescale with the capacity the feedback reports.
     pub follow_capacity: bool,
+    /// Seconds to climb back to the fair share after a decrease below it.
+    pub fast_recovery_s: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -67,6 +73,7 @@ impl Default for AdaptiveConfig {
             probe_s: 30.0,
             window_ms: 2000.0,
             follow_capacity: true,
+            fast_recovery_s: 5.0,
         }
     }
 }
@@ -97,6 +104,9 @@ impl AdaptiveConfig {
             self.probe_s > 0.0 && self.window_ms > 0.0 && self.cooldown_ms >= 0.0,
             || "probe_s and window_ms must be > 0, cooldown_ms >= 0".into(),
         )?;
+        super::ensure(self.fast_recovery_s > 0.0, || {
+            format!("fast_recovery_s = {}: must be > 0", self.fast_recovery_s)
+        })?;
         Ok(())
     }
 }
@@ -109,6 +119,8 @@ pub struct Adaptive {
     w_max: Option<f64>,
     last_decrease: Option<Duration>,
     last_update: Option<Duration>,
+    /// When the first feedback came (the accepted-rate window needs history).
+    first_seen: Option<Duration>,
     capacity: Option<f64>,
     /// capacity x share as last seen.
     expected: Option<f64>,
@@ -125,6 +137,7 @@ impl Adaptive {
             w_max: None,
             last_decrease: None,
             last_update: None,
+            first_seen: None,
             capacity: None,
             expected: None,
             accepted: VecDeque::new(),
@@ -210,9 +223,16 @@ impl Strategy for Adaptive {
         self.last_update = Some(fb.now);
         let since = self.last_decrease.map(|t| fb.now.saturating_sub(t));
         let cooldown = Duration::from_secs_f64(self.cfg.cooldown_ms / 1e3);
+        let first_seen = *self.first_seen.get_or_insert(fb.now);
+        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
         if fb.throttled {
             if since.is_none_or(|s| s >= cooldown) {
-                let measured = self.accepted_rate(fb.now);
+                // The accepted rate means something only over a full window.
+                let measured = if fb.now.saturating_sub(first_seen) >= window {
+                    self.accepted_rate(fb.now)
+                } else {
+                    0.0
+                };
                 let base = if measured > 0.0 {
                     self.rate.min(measured)
                 } else {
@@ -225,8 +245,14 @@ impl Strategy for Adaptive {
             }
         } else if self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
-            self.rate = match (self.w_max, since) {
-                (Some(w), Some(t)) => self.cubic(w, t.as_secs_f64()).max(self.rate),
+            let fair = self.expected.map(|e| e * self.cfg.target_fraction);
+            self.rate = match (self.w_max, since, fair) {
+                // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
+                (_, _, Some(f)) if self.rate < f => {
+                    let step = f * (1.0 - self.cfg.decrease) / self.cfg.fast_recovery_s;
+                    (self.rate + step * dt).min(f)
+                }
+                (Some(w), Some(t), _) => self.cubic(w, t.as_secs_f64()).max(self.rate),
                 // No congestion seen yet (slow start): double per second.
                 _ => self.rate * (1.0 + dt),
             };
