@@ -12,14 +12,6 @@ use ingest::devbroker::{serve, DevBroker};
 use ingest::source::SourceExit;
 use tokio_util::sync::CancellationToken;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn settings(brokers: &str, group: &str, topic: &str, table: &str) -> Settings {
     let toml = format!(
         r#"

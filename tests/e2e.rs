@@ -29,25 +29,6 @@ fn written_so_far(w: &Worker) -> u64 {
         .unwrap_or(0)
 }
 
-/// Every record below its partition's committed offset is in the table.
-fn assert_committed_were_written(
-    produced: &[Produced],
-    committed: &[i64],
-    table: &HashSet<String>,
-) {
-    for r in produced {
-        if r.offset < committed[r.partition as usize] {
-            assert!(
-                table.contains(&r.id),
-                "offset {} of partition {} is committed but record {} is not in the table",
-                r.offset,
-                r.partition,
-                r.id
-            );
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_thousand_records_over_six_partitions_land_typed_and_committed() {
     let s = Setup::new(6, "").await;

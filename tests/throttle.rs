@@ -63,17 +63,7 @@ async fn run_through_proxy(workers: usize) {
         // a committed offset must already be there.
         let committed = s.committed();
         let present: HashSet<String> = scan(&client, &s.table).await.into_keys().collect();
-        for r in &produced {
-            if r.offset < committed[r.partition as usize] {
-                assert!(
-                    present.contains(&r.id),
-                    "offset {} of partition {} committed before {} was written",
-                    r.offset,
-                    r.partition,
-                    r.id
-                );
-            }
-        }
+        assert_committed_were_written(&produced, &committed, &present);
         checks += 1;
     }
     let elapsed = started.elapsed().as_secs_f64();

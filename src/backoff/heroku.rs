@@ -98,14 +98,9 @@ impl Heroku {
         }
     }
 
-    /// The stored sleep (for tests and the simulator's time-to-clear probe).
+    /// The stored sleep, seconds.
     pub fn stored(&self) -> f64 {
         self.s
-    }
-
-    /// Sets the stored sleep (the time-to-clear probe starts at 1 s).
-    pub fn set_stored(&mut self, s: f64) {
-        self.s = s;
     }
 
     fn jittered(&mut self, v: f64) -> Duration {

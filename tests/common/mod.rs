@@ -521,6 +521,25 @@ where
     }
 }
 
+/// Every record below its partition's committed offset is in `table`.
+pub fn assert_committed_were_written(
+    produced: &[Produced],
+    committed: &[i64],
+    table: &std::collections::HashSet<String>,
+) {
+    for r in produced {
+        if r.offset < committed[r.partition as usize] {
+            assert!(
+                table.contains(&r.id),
+                "offset {} of partition {} is committed but record {} is not in the table",
+                r.offset,
+                r.partition,
+                r.id
+            );
+        }
+    }
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
