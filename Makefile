@@ -53,7 +53,7 @@ tansu:
 	bash localstack/tansu.sh
 
 # Throttle strategies side by side through the capacity-enforcing proxy
-# (about 20 minutes); reports in target/bench/throttle.{md,json}.
+# (about 25 minutes); reports in target/bench/throttle.{md,json}.
 bench-throttle: build stack tansu
 	$(CARGO) bench --profile dev --bench throttle
 
