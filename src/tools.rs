@@ -24,8 +24,6 @@ pub enum ToolError {
         topic: String,
         code: RDKafkaErrorCode,
     },
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
     #[error("dynamodb: {0}")]
     Dynamo(String),
 }

@@ -20,6 +20,20 @@ fn ids(n: usize) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// Waits (at most 2 minutes) until the worker's commit lines report `n`
+/// records written.
+fn wait_written(w: &Worker, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while written_so_far(w) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress:\n{}",
+            w.dump_logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Max `written` counter seen in the worker's commit lines.
 fn written_so_far(w: &Worker) -> u64 {
     w.logged("committed")
@@ -98,15 +112,7 @@ async fn a_worker_killed_mid_run_resumes_and_loses_nothing() {
     let s = Setup::new(6, "").await;
     let produced = produce(&s.topic, ids(10_000)).await;
     let w = s.spawn(false);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while written_so_far(&w) < 2_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no progress:\n{}",
-            w.dump_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_written(&w, 2_000);
     w.signal("KILL");
     let (code, _) = w.wait(Duration::from_secs(10));
     assert_eq!(code, None, "killed by a signal");
@@ -230,15 +236,7 @@ async fn sigterm_drains_in_flight_writes_and_commits_exactly_what_was_written() 
     let s = Setup::new(6, "").await;
     let produced = produce(&s.topic, ids(10_000)).await;
     let w = s.spawn(false);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while written_so_far(&w) < 1_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no progress:\n{}",
-            w.dump_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_written(&w, 1_000);
     w.signal("TERM");
     let logs = w.logs.clone();
     let (code, summary) = w.wait(Duration::from_secs(60));

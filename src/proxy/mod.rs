@@ -75,6 +75,7 @@ pub struct TableStats {
     pub unprocessed_items: u64,
     /// Items of requests answered 400 (throttled whole).
     pub throttled_items: u64,
+    /// Capacity in force (from the bucket, filled in when served).
     pub wcu: Option<f64>,
     pub offered_wcu: f64,
     pub first_write_s: Option<f64>,
@@ -254,10 +255,7 @@ impl Proxy {
         let now = self.now();
         let state = TableState {
             bucket: wcu.map(|w| Bucket::new(w, self.cfg.burst_s, self.cfg.credit_s, now)),
-            stats: TableStats {
-                wcu,
-                ..TableStats::default()
-            },
+            stats: TableStats::default(),
             first_write: None,
             last_accept: None,
             rates: wcu.map(|w| vec![(now, w)]).unwrap_or_default(),
@@ -553,7 +551,6 @@ fn set_rate(st: &mut TableState, wcu: f64, now: Duration) {
         None => st.bucket = Some(Bucket::new(wcu, 1.0, 0.0, now)),
     }
     st.rates.push((now, wcu));
-    st.stats.wcu = Some(wcu);
 }
 
 fn count_for(withheld: &serde_json::Map<String, Value>, table: &str) -> u64 {

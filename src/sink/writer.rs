@@ -192,18 +192,15 @@ impl Writer {
                     .pop()
                     .and_then(|s| s.entries.into_iter().next())
                     .expect("one entry");
-                self.dead_letter(&entry, REJECTED_REASON, &message).await;
+                self.dead_letter_record(&entry.record, REJECTED_REASON, &message)
+                    .await;
             }
         }
         Ok(())
     }
 
-    /// Dead-letters one record and acks it once the broker confirmed.
-    pub async fn dead_letter(&self, entry: &Entry, reason: &str, detail: &str) {
-        self.dead_letter_record(&entry.record, reason, detail).await;
-    }
-
-    /// Dead-letters a record (decoded or not) and acks it.
+    /// Dead-letters a record (decoded or not) and acks it once the broker
+    /// confirmed.
     pub async fn dead_letter_record(
         &self,
         record: &crate::source::Record,

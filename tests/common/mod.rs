@@ -437,7 +437,7 @@ impl Worker {
         }
     }
 
-    /// Whether a log line with this message was seen.
+    /// The log lines with this message.
     pub fn logged(&self, message: &str) -> Vec<Value> {
         self.logs
             .lock()
