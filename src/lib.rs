@@ -23,6 +23,8 @@
 //! - [`telemetry`]: logs and counters.
 //! - [`proxy`]: `ingest throttle-proxy`, a DynamoDB proxy that enforces
 //!   provisioned write capacity as DynamoDB does (the emulators do not).
+//! - [`sim`]: `ingest sim`, the fleet simulator in virtual time that scores
+//!   the strategies (the same code) on scenario files, with charts.
 //! - [`devbroker`] and [`tools`]: the embedded Kafka broker for the local stack,
 //!   and the helper commands behind `make run` (create topics, produce sample
 //!   records, show a table).
@@ -36,6 +38,7 @@ pub mod dlq;
 pub mod offsets;
 pub mod pace;
 pub mod proxy;
+pub mod sim;
 pub mod sink;
 pub mod source;
 pub mod telemetry;

@@ -8,36 +8,90 @@
 //! than 1%). One pacer is shared by every writer of a table in this process.
 //! Waiting here never blocks the Kafka consumer: the source pauses partitions
 //! and keeps polling when the pipeline is full.
+//!
+//! The pacer is generic over governor's clock: the worker uses the real clock
+//! and waits (`acquire`), the simulator (`crate::sim`) uses governor's fake
+//! clock in virtual time and asks how long to wait (`check`), so both pace
+//! with the very same limiter code.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
 #[derive(Debug)]
-struct Current {
+struct Current<C: Clock> {
     rate: f64,
-    limiter: Arc<DefaultDirectRateLimiter>,
+    limiter: Arc<Limiter<C>>,
 }
 
 /// A swappable rate limiter in capacity units per second; `None` = unpaced.
 #[derive(Debug)]
-pub struct Pacer {
+pub struct Pacer<C: Clock = DefaultClock> {
     burst: NonZeroU32,
-    current: RwLock<Option<Current>>,
+    clock: C,
+    current: RwLock<Option<Current<C>>>,
 }
 
-impl Pacer {
+impl Pacer<DefaultClock> {
     /// A pacer at `rate` units/s (None: no pacing) releasing at most `burst`
-    /// units at once.
+    /// units at once, on the real clock.
     pub fn new(rate: Option<f64>, burst: NonZeroU32) -> Self {
+        Self::with_clock(rate, burst, DefaultClock::default())
+    }
+
+    /// Waits until `units` may be spent, taking them in chunks of at most
+    /// `burst`; each chunk uses the limiter current at that moment.
+    pub async fn acquire(&self, units: u32) {
+        let mut left = units;
+        while left > 0 {
+            let limiter = match self.current.read().unwrap().as_ref() {
+                Some(c) => c.limiter.clone(),
+                None => return,
+            };
+            let chunk = left.min(self.burst.get());
+            let n = NonZeroU32::new(chunk).expect("chunk > 0");
+            limiter.until_n_ready(n).await.expect("chunk <= burst");
+            left -= chunk;
+        }
+    }
+}
+
+impl<C: Clock + Clone> Pacer<C> {
+    /// A pacer on the given clock.
+    pub fn with_clock(rate: Option<f64>, burst: NonZeroU32, clock: C) -> Self {
         let p = Self {
             burst,
+            clock,
             current: RwLock::new(None),
         };
         p.set_rate(rate);
         p
+    }
+
+    /// Takes the next chunk (at most `burst`) of `units` if it may be spent
+    /// now and returns its size, or says how long to wait for it.
+    pub fn check(&self, units: u32) -> Result<u32, Duration> {
+        let guard = self.current.read().unwrap();
+        let Some(c) = guard.as_ref() else {
+            return Ok(units);
+        };
+        let chunk = units.min(self.burst.get());
+        let Some(n) = NonZeroU32::new(chunk) else {
+            return Ok(0);
+        };
+        match c.limiter.check_n(n).expect("chunk <= burst") {
+            Ok(()) => Ok(chunk),
+            Err(not_until) => Err(not_until
+                .wait_time_from(self.clock.now())
+                .max(Duration::from_nanos(1))),
+        }
     }
 
     /// The pacing rate, if any.
@@ -59,25 +113,9 @@ impl Pacer {
                     .allow_burst(self.burst);
                 *cur = Some(Current {
                     rate: r,
-                    limiter: Arc::new(RateLimiter::direct(quota)),
+                    limiter: Arc::new(RateLimiter::direct_with_clock(quota, self.clock.clone())),
                 });
             }
-        }
-    }
-
-    /// Waits until `units` may be spent, taking them in chunks of at most
-    /// `burst`; each chunk uses the limiter current at that moment.
-    pub async fn acquire(&self, units: u32) {
-        let mut left = units;
-        while left > 0 {
-            let limiter = match self.current.read().unwrap().as_ref() {
-                Some(c) => c.limiter.clone(),
-                None => return,
-            };
-            let chunk = left.min(self.burst.get());
-            let n = NonZeroU32::new(chunk).expect("chunk > 0");
-            limiter.until_n_ready(n).await.expect("chunk <= burst");
-            left -= chunk;
         }
     }
 }
@@ -134,5 +172,18 @@ mod tests {
             let e = t.elapsed();
             assert!(e >= Duration::from_millis(150), "{e:?}");
         });
+    }
+
+    #[test]
+    fn in_virtual_time_it_says_how_long_to_wait() {
+        use governor::clock::FakeRelativeClock;
+        let clock = FakeRelativeClock::default();
+        let p = Pacer::with_clock(Some(10.0), burst(5), clock.clone());
+        assert_eq!(p.check(12), Ok(5), "the first burst is free");
+        let wait = p.check(7).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.5).abs() < 1e-6, "{wait:?}");
+        clock.advance(wait);
+        assert_eq!(p.check(7), Ok(5));
+        assert_eq!(Pacer::with_clock(None, burst(5), clock).check(9), Ok(9));
     }
 }

@@ -65,7 +65,7 @@ impl Default for AdaptiveConfig {
     fn default() -> Self {
         Self {
             start_rate: 100.0,
-            min_rate: 1.0,
+            min_rate: 0.01,
             max_rate: 1_000_000.0,
             target_fraction: 0.98,
             decrease: 0.9,
@@ -272,6 +272,14 @@ impl Strategy for Adaptive {
         Duration::ZERO
     }
 
+    fn prime(&mut self, delay: Duration, units: f64) {
+        if delay > Duration::ZERO && units > 0.0 {
+            self.rate = units / delay.as_secs_f64();
+            self.w_max = Some(self.rate);
+            self.clamp();
+        }
+    }
+
     fn metrics(&self) -> Metrics {
         self.metrics
     }
@@ -389,7 +397,7 @@ mod tests {
             let d = a.after_attempt(&at(i * 37, i % 7 == 0, (i % 30) as f64, None));
             assert_eq!(d, Duration::ZERO);
             let r = a.rate().unwrap();
-            assert!((1.0..=1_000_000.0).contains(&r), "{r}");
+            assert!((0.01..=1_000_000.0).contains(&r), "{r}");
         }
     }
 }

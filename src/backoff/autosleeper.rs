@@ -214,6 +214,10 @@ impl Strategy for AutoSleeper {
         Duration::from_nanos(self.current as u64)
     }
 
+    fn prime(&mut self, delay: Duration, _units: f64) {
+        self.current = (delay.as_nanos().min(i64::MAX as u128) as i64).min(self.max);
+    }
+
     fn metrics(&self) -> Metrics {
         self.metrics
     }

@@ -167,6 +167,12 @@ impl Strategy for Heroku {
         Duration::from_secs_f64(self.s)
     }
 
+    fn prime(&mut self, delay: Duration, _units: f64) {
+        if self.decrease != Decrease::Reset {
+            self.s = delay.as_secs_f64();
+        }
+    }
+
     fn metrics(&self) -> Metrics {
         self.metrics
     }

@@ -91,6 +91,11 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// The strategy's current delay (for metrics).
     fn current_delay(&self) -> Duration;
 
+    /// Starts as if earlier throttling had left a delay of `delay` before each
+    /// request costing `units` (the simulator's time-to-clear probe). Strategies
+    /// that keep no delay between requests ignore it.
+    fn prime(&mut self, _delay: Duration, _units: f64) {}
+
     fn metrics(&self) -> Metrics;
 }
 

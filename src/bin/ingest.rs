@@ -108,6 +108,28 @@ enum Command {
         #[arg(long, value_parser = parse_schedule, default_value = "")]
         schedule: Schedule,
     },
+    /// Score throttle strategies in a simulated fleet, in virtual time
+    /// (scenarios: config/scenarios/). Prints a table; writes JSON, an SVG
+    /// chart and a CSV trace on request.
+    Sim {
+        #[arg(long)]
+        scenario: PathBuf,
+        /// Write the scores as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the chart here (.svg).
+        #[arg(long)]
+        chart: Option<PathBuf>,
+        /// Write every attempt as CSV here.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Override the scenario's client count.
+        #[arg(long)]
+        clients: Option<usize>,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Print how many items a table holds and a few of them.
     ShowTable {
         #[arg(long)]
@@ -268,6 +290,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             ingest::proxy::serve(cfg, shutdown_on_signals()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Sim {
+            scenario,
+            json,
+            chart,
+            trace,
+            clients,
+            seed,
+        } => Ok(sim(scenario, json, chart, trace, clients, seed)),
         Command::ShowTable {
             table,
             limit,
@@ -288,6 +318,60 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `ingest sim`; exit 2 for a bad scenario, 1 when an output cannot be written.
+fn sim(
+    scenario: PathBuf,
+    json: Option<PathBuf>,
+    chart: Option<PathBuf>,
+    trace: Option<PathBuf>,
+    clients: Option<usize>,
+    seed: Option<u64>,
+) -> ExitCode {
+    let mut sc = match ingest::sim::load(&scenario) {
+        Ok(sc) => sc,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Some(n) = clients {
+        sc.clients.count = n;
+    }
+    if let Some(s) = seed {
+        sc.seed = s;
+    }
+    let started = std::time::Instant::now();
+    let results = match ingest::sim::run(&sc) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    print!("{}", ingest::sim::report::table(&sc.name, &results.scores));
+    println!(
+        "({} clients, {} simulated s, {:.2} s of real time)",
+        sc.clients.count,
+        sc.duration_s,
+        started.elapsed().as_secs_f64()
+    );
+    let written = [
+        json.as_ref().map(|p| (p, results.write_json(p))),
+        chart
+            .as_ref()
+            .map(|p| (p, results.write_chart(p, sc.duration_s))),
+        trace.as_ref().map(|p| (p, results.write_trace(p))),
+    ];
+    for (path, result) in written.into_iter().flatten() {
+        if let Err(e) = result {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_FATAL);
+        }
+        println!("wrote {}", path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 async fn run(config: PathBuf, until_caught_up: bool) -> anyhow::Result<ExitCode> {

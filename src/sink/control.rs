@@ -29,7 +29,7 @@ pub struct Control {
     /// Batches take turns at the pacer in the order they arrive (tokio's
     /// mutex is fair), so a later batch never overtakes an earlier one.
     turn: tokio::sync::Mutex<()>,
-    accepted: Mutex<VecDeque<(Duration, f64)>>,
+    accepted: Mutex<AcceptedWindow>,
     epoch: Instant,
     slept_ns: AtomicU64,
     max_sleep_ns: AtomicU64,
@@ -58,7 +58,7 @@ impl Control {
             capacity: Mutex::new(None),
             share: Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
-            accepted: Mutex::new(VecDeque::new()),
+            accepted: Mutex::new(AcceptedWindow::default()),
             epoch: Instant::now(),
             slept_ns: AtomicU64::new(0),
             max_sleep_ns: AtomicU64::new(0),
@@ -103,8 +103,11 @@ impl Control {
         let now = self.now();
         let capacity = *self.capacity.lock().unwrap();
         let share = *self.share.lock().unwrap();
-        let remaining =
-            capacity.map(|c| (1.0 - self.accepted_rate(now, accepted_units) / c).clamp(0.0, 1.0));
+        let remaining = self
+            .accepted
+            .lock()
+            .unwrap()
+            .remaining(now, accepted_units, capacity);
         let fb = Feedback {
             now,
             throttled,
@@ -147,18 +150,30 @@ impl Control {
             metrics: s.metrics(),
         }
     }
+}
 
-    /// Accepted units per second over the last window, including `units` now.
-    fn accepted_rate(&self, now: Duration, units: f64) -> f64 {
-        let mut q = self.accepted.lock().unwrap();
-        q.push_back((now, units));
-        while q
+/// The accepted rate over the last second, behind the `remaining` figure
+/// (1 - accepted rate / capacity) that DynamoDB itself does not give. Pure;
+/// the simulator keeps one per client.
+#[derive(Debug, Default, Clone)]
+pub struct AcceptedWindow {
+    q: VecDeque<(Duration, f64)>,
+}
+
+impl AcceptedWindow {
+    /// Adds `units` accepted at `now`; returns the remaining fraction when the
+    /// capacity is known.
+    pub fn remaining(&mut self, now: Duration, units: f64, capacity: Option<f64>) -> Option<f64> {
+        self.q.push_back((now, units));
+        while self
+            .q
             .front()
             .is_some_and(|&(t, _)| now.saturating_sub(t) > REMAINING_WINDOW)
         {
-            q.pop_front();
+            self.q.pop_front();
         }
-        q.iter().map(|(_, u)| u).sum::<f64>() / REMAINING_WINDOW.as_secs_f64()
+        let rate = self.q.iter().map(|(_, u)| u).sum::<f64>() / REMAINING_WINDOW.as_secs_f64();
+        capacity.map(|c| (1.0 - rate / c).clamp(0.0, 1.0))
     }
 }
 

@@ -1,0 +1,302 @@
+//! The event loop of `ingest sim`: one strategy, many uncoordinated clients,
+//! one server, in virtual time (nothing sleeps). Each client runs the worker's
+//! write loop: `before_call`, pace the attempt's cost at the strategy's rate
+//! (the worker's [`Pacer`] on governor's fake clock), send, and after the
+//! answer `after_attempt`, then wait the delay it returns before the retry of
+//! what is left or the next request.
+//!
+//! Events are ordered by (time, sequence number), and every random draw comes
+//! from a generator seeded by (scenario seed, client), so a run is a pure
+//! function of the scenario: the same scenario and seed give the same numbers,
+//! and every strategy sees the same workload.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::FakeRelativeClock;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::backoff::{Feedback, Strategy, StrategyConfig};
+use crate::pace::Pacer;
+use crate::sink::control::AcceptedWindow;
+
+use super::scenario::{Dist, Scenario, Workload};
+use super::server::Server;
+
+/// One attempt, as the trace and the charts show it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attempt {
+    pub client: u32,
+    /// When it was sent, seconds.
+    pub t_s: f64,
+    /// The wait before it (the strategy's delay plus the pacer's), seconds.
+    pub wait_s: f64,
+    pub units: f64,
+    pub accepted_units: f64,
+    pub throttled: bool,
+    pub remaining: Option<f64>,
+}
+
+/// What one run produced.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub attempts: Vec<Attempt>,
+    /// Per client: (attempts, throttled attempts).
+    pub per_client: Vec<(u64, u64)>,
+    pub accepted_units: f64,
+    pub offered_units: f64,
+    pub items_written: u64,
+    /// Clear probe: when the last client stopped (None: not within the run).
+    pub cleared_at: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    NewRequest,
+    Pace,
+    Arrive,
+    Answer,
+}
+
+struct Client {
+    strategy: Box<dyn Strategy>,
+    pacer: Pacer<FakeRelativeClock>,
+    rng: SmallRng,
+    start: Duration,
+    /// Costs of the items still to write.
+    pending: Vec<f64>,
+    /// Units of this attempt still to take from the pacer (None: not started).
+    to_pace: Option<u32>,
+    wait_from: Duration,
+    sent_at: Duration,
+    latency: Duration,
+    answer: Option<super::server::Answer>,
+    window: AcceptedWindow,
+    attempts: u64,
+    throttled: u64,
+}
+
+/// How the run ends.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    /// The scenario's own run, for `duration_s`.
+    Main,
+    /// The time-to-clear probe: clients stop at the threshold.
+    Clear,
+}
+
+fn draw(d: &Dist, rng: &mut SmallRng) -> f64 {
+    match d {
+        Dist::Fixed(v) => *v,
+        Dist::Choice(v) => v[rng.random_range(0..v.len())],
+        Dist::Uniform { min, max } if max > min => rng.random_range(*min..=*max),
+        Dist::Uniform { min, .. } => *min,
+    }
+}
+
+/// Mixes the scenario seed with a client index (splitmix64).
+pub fn seed_for(seed: u64, client: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(client.wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Runs one strategy through the scenario.
+pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
+    let c = &sc.clients;
+    let clock = FakeRelativeClock::default();
+    let mut clock_at = Duration::ZERO;
+    let burst = NonZeroU32::new(c.pacing_burst.max(1)).expect(">= 1");
+    let (mut server, end) = match (mode, &sc.clear) {
+        (Mode::Clear, Some(cl)) => (Server::preloaded(cl.requests), sc.duration_s),
+        _ => (
+            Server::new(&sc.server, sc.reports_remaining()),
+            sc.duration_s,
+        ),
+    };
+    let end = Duration::from_secs_f64(end);
+    let bucket_size = match (mode, &sc.clear) {
+        (Mode::Clear, Some(cl)) => cl.requests,
+        _ => sc.server.capacity.unwrap_or(sc.server.refill_per_s),
+    };
+    let share = c.know_share.then(|| 1.0 / c.count as f64);
+    let mean_units = c.cost.mean().ceil() * c.items as f64;
+    let mut clients: Vec<Client> = (0..c.count)
+        .map(|i| {
+            let mut rng = SmallRng::seed_from_u64(seed_for(sc.seed, i as u64));
+            let start = if c.stagger_s > 0.0 {
+                Duration::from_secs_f64(rng.random_range(0.0..c.stagger_s))
+            } else {
+                Duration::ZERO
+            };
+            let mut strategy = strategy.build(seed_for(sc.seed ^ 0x5EED, i as u64));
+            if let (Mode::Clear, Some(cl)) = (mode, &sc.clear) {
+                strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
+            }
+            let rate = strategy.rate().or(c.pacing_rate);
+            Client {
+                pacer: Pacer::with_clock(rate, burst, clock.clone()),
+                strategy,
+                rng,
+                start,
+                pending: Vec::new(),
+                to_pace: None,
+                wait_from: start,
+                sent_at: start,
+                latency: Duration::ZERO,
+                answer: None,
+                window: AcceptedWindow::default(),
+                attempts: 0,
+                throttled: 0,
+            }
+        })
+        .collect();
+
+    let mut queue: BinaryHeap<Reverse<(Duration, u64, usize, u8)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let code = |s: Step| s as u8;
+    let mut push = |q: &mut BinaryHeap<_>, t: Duration, id: usize, s: Step| {
+        seq += 1;
+        q.push(Reverse((t, seq, id, code(s))));
+    };
+    for (i, cl) in clients.iter().enumerate() {
+        push(&mut queue, cl.start, i, Step::NewRequest);
+    }
+    let mut out = Outcome::default();
+    let mut stopped = 0usize;
+    let n_clients = clients.len();
+    while let Some(Reverse((t, _, id, step))) = queue.pop() {
+        if t > end {
+            break;
+        }
+        if t > clock_at {
+            clock.advance(t - clock_at);
+            clock_at = t;
+        }
+        let cl = &mut clients[id];
+        let step = [Step::NewRequest, Step::Pace, Step::Arrive, Step::Answer][step as usize];
+        match step {
+            Step::NewRequest => {
+                if let Workload::Cycle { busy_s, idle_s } = c.workload {
+                    let period = busy_s + idle_s;
+                    let into = (t.saturating_sub(cl.start)).as_secs_f64() % period;
+                    if into >= busy_s {
+                        let resume = t + Duration::from_secs_f64(period - into);
+                        cl.wait_from = resume;
+                        push(&mut queue, resume, id, Step::NewRequest);
+                        continue;
+                    }
+                }
+                cl.pending = (0..c.items)
+                    .map(|_| draw(&c.cost, &mut cl.rng).ceil())
+                    .collect();
+                let d = cl.strategy.before_call(t);
+                push(&mut queue, t + d, id, Step::Pace);
+            }
+            Step::Pace => {
+                let mut left = match cl.to_pace {
+                    Some(l) => l,
+                    None => cl.pending.iter().sum::<f64>().ceil() as u32,
+                };
+                let mut wait = None;
+                while left > 0 {
+                    match cl.pacer.check(left) {
+                        Ok(n) => left -= n,
+                        Err(w) => {
+                            wait = Some(w);
+                            break;
+                        }
+                    }
+                }
+                if let Some(w) = wait {
+                    cl.to_pace = Some(left);
+                    push(&mut queue, t + w, id, Step::Pace);
+                    continue;
+                }
+                cl.to_pace = None;
+                cl.attempts += 1;
+                cl.sent_at = t;
+                cl.latency = Duration::from_secs_f64(draw(&c.latency_ms, &mut cl.rng) / 1e3);
+                push(&mut queue, t + cl.latency / 2, id, Step::Arrive);
+            }
+            Step::Arrive => {
+                cl.answer = Some(server.request(&cl.pending, t));
+                push(&mut queue, cl.sent_at + cl.latency, id, Step::Answer);
+            }
+            Step::Answer => {
+                let a = cl.answer.take().expect("an answer arrived");
+                let units: f64 = cl.pending.iter().sum();
+                let written = a.accepted_items() as u64;
+                let left: Vec<f64> = cl
+                    .pending
+                    .iter()
+                    .zip(&a.accepted)
+                    .filter(|(_, ok)| !**ok)
+                    .map(|(c, _)| *c)
+                    .collect();
+                let throttled = !left.is_empty();
+                cl.pending = left;
+                if throttled {
+                    cl.throttled += 1;
+                }
+                out.items_written += written;
+                let capacity = c
+                    .know_capacity
+                    .then(|| server.refill())
+                    .filter(|r| *r > 0.0);
+                let estimate = cl.window.remaining(t, a.accepted_units, capacity);
+                let fb = Feedback {
+                    now: t,
+                    throttled,
+                    accepted_units: a.accepted_units,
+                    remaining: a.remaining.or(estimate),
+                    capacity,
+                    share,
+                };
+                let d = cl.strategy.after_attempt(&fb);
+                if let Some(r) = cl.strategy.rate() {
+                    cl.pacer.set_rate(Some(r));
+                }
+                out.attempts.push(Attempt {
+                    client: id as u32,
+                    t_s: cl.sent_at.as_secs_f64(),
+                    wait_s: cl.sent_at.saturating_sub(cl.wait_from).as_secs_f64(),
+                    units,
+                    accepted_units: a.accepted_units,
+                    throttled,
+                    remaining: a.remaining,
+                });
+                cl.wait_from = t;
+                if let Mode::Clear = mode {
+                    let stop_at = sc.clear.as_ref().map_or(0.0, |c| c.stop_at_remaining);
+                    let left = a.remaining.map_or(0.0, |r| r * bucket_size);
+                    if throttled || left <= stop_at {
+                        stopped += 1;
+                        if stopped == n_clients {
+                            out.cleared_at = Some(t);
+                            break;
+                        }
+                        continue;
+                    }
+                }
+                let next = if cl.pending.is_empty() {
+                    Step::NewRequest
+                } else {
+                    Step::Pace
+                };
+                push(&mut queue, t + d, id, next);
+            }
+        }
+    }
+    let (accepted, offered) = server.totals(end);
+    out.accepted_units = accepted;
+    out.offered_units = offered;
+    out.per_client = clients.iter().map(|c| (c.attempts, c.throttled)).collect();
+    out
+}

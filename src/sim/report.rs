@@ -1,0 +1,149 @@
+//! Scores of one strategy on a scenario, with seed 004's metrics as
+//! ANCHORS.md defines them (unweighted mean retry rate over clients, largest
+//! single wait, sample standard deviation of per-client attempt counts, time
+//! to clear), plus utilization and request counts; the human table.
+
+use serde::Serialize;
+
+use super::engine::Outcome;
+
+/// One strategy's scores (the JSON keys the issue names, and a few more).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Score {
+    pub label: String,
+    pub strategy: String,
+    /// Mean over clients of throttled attempts / attempts.
+    pub retry_rate: f64,
+    /// The longest wait before any attempt (strategy delay plus pacing), s.
+    pub max_sleep_s: f64,
+    /// Sample standard deviation of the clients' attempt counts.
+    pub request_stdev: f64,
+    /// The clear probe's time (None: no probe, or not cleared in time).
+    pub time_to_clear_s: Option<f64>,
+    /// Accepted units / units the server offered over the run.
+    pub utilization: f64,
+    pub requests: u64,
+    pub throttled: u64,
+    /// Requests per full request's worth of items written (1.0 = ideal).
+    pub requests_vs_ideal: f64,
+    pub accepted_units: f64,
+    pub offered_units: f64,
+}
+
+pub fn score(
+    label: &str,
+    strategy: &str,
+    items_per_request: usize,
+    main: &Outcome,
+    clear: Option<&Outcome>,
+) -> Score {
+    let rates: Vec<f64> = main
+        .per_client
+        .iter()
+        .filter(|(a, _)| *a > 0)
+        .map(|(a, t)| *t as f64 / *a as f64)
+        .collect();
+    let retry_rate = if rates.is_empty() {
+        0.0
+    } else {
+        rates.iter().sum::<f64>() / rates.len() as f64
+    };
+    let counts: Vec<f64> = main.per_client.iter().map(|(a, _)| *a as f64).collect();
+    let request_stdev = sample_stdev(&counts);
+    let requests: u64 = main.per_client.iter().map(|(a, _)| a).sum();
+    let throttled: u64 = main.per_client.iter().map(|(_, t)| t).sum();
+    let ideal = (main.items_written as f64 / items_per_request as f64).ceil();
+    Score {
+        label: label.to_string(),
+        strategy: strategy.to_string(),
+        retry_rate,
+        max_sleep_s: main.attempts.iter().map(|a| a.wait_s).fold(0.0, f64::max),
+        request_stdev,
+        time_to_clear_s: clear.and_then(|c| c.cleared_at).map(|d| d.as_secs_f64()),
+        utilization: if main.offered_units > 0.0 {
+            main.accepted_units / main.offered_units
+        } else {
+            0.0
+        },
+        requests,
+        throttled,
+        requests_vs_ideal: if ideal > 0.0 {
+            requests as f64 / ideal
+        } else {
+            0.0
+        },
+        accepted_units: main.accepted_units,
+        offered_units: main.offered_units,
+    }
+}
+
+/// Sample standard deviation (n - 1); 0 for fewer than two values.
+pub fn sample_stdev(xs: &[f64]) -> f64 {
+    if xs.len() < 2 {
+        return 0.0;
+    }
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let ss: f64 = xs.iter().map(|x| (x - mean).powi(2)).sum();
+    (ss / (xs.len() - 1) as f64).sqrt()
+}
+
+/// The human table.
+pub fn table(scenario: &str, scores: &[Score]) -> String {
+    let mut s = format!(
+        "scenario {scenario}\n{:<32} {:>9} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8}\n",
+        "strategy",
+        "retry",
+        "max sleep",
+        "stdev",
+        "clear",
+        "util",
+        "requests",
+        "throttled",
+        "x ideal"
+    );
+    for r in scores {
+        let clear = r
+            .time_to_clear_s
+            .map_or("-".to_string(), |c| format!("{c:.1}s"));
+        s.push_str(&format!(
+            "{:<32} {:>8.2}% {:>9.2}s {:>9.1} {:>9} {:>6.1}% {:>9} {:>9} {:>8.2}\n",
+            r.label,
+            r.retry_rate * 100.0,
+            r.max_sleep_s,
+            r.request_stdev,
+            clear,
+            r.utilization * 100.0,
+            r.requests,
+            r.throttled,
+            r.requests_vs_ideal
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdev_is_the_sample_one() {
+        assert_eq!(sample_stdev(&[5.0]), 0.0);
+        assert!((sample_stdev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) - 2.138).abs() < 1e-3);
+    }
+
+    #[test]
+    fn retry_rate_is_the_unweighted_mean_over_clients() {
+        let o = Outcome {
+            per_client: vec![(10, 5), (100, 0)],
+            items_written: 105,
+            accepted_units: 95.0,
+            offered_units: 100.0,
+            ..Outcome::default()
+        };
+        let s = score("x", "x", 1, &o, None);
+        assert!((s.retry_rate - 0.25).abs() < 1e-12, "(0.5 + 0) / 2");
+        assert_eq!((s.requests, s.throttled), (110, 5));
+        assert!((s.utilization - 0.95).abs() < 1e-12);
+        assert!((s.requests_vs_ideal - 110.0 / 105.0).abs() < 1e-12);
+    }
+}

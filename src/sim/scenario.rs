@@ -1,0 +1,435 @@
+//! The scenario file of `ingest sim`: the server, the clients, the optional
+//! time-to-clear probe, and the strategies to run side by side. Parsed from
+//! TOML and validated; every error names the field and the rule.
+//! `config/scenarios/README.md` documents every field with an example.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::backoff::StrategyConfig;
+
+use super::SimError;
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    #[serde(default)]
+    pub seed: u64,
+    pub server: Server,
+    pub clients: Clients,
+    #[serde(default)]
+    pub clear: Option<Clear>,
+    /// The strategies, each `name` plus its parameters inline, and an optional
+    /// `label` to tell two settings of one strategy apart.
+    #[serde(rename = "strategy")]
+    pub strategies: Vec<toml::Table>,
+}
+
+/// Which server model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Model {
+    /// A token bucket (Heroku's "GCRA"): `capacity` tokens at most, refilled
+    /// at `refill_per_s`; a request takes its whole cost or gets a 429.
+    TokenBucket,
+    /// DynamoDB provisioned capacity (the throttle proxy's bucket): refilled at
+    /// `refill_per_s` WCU/s up to `capacity` units, plus burst credit from
+    /// unused capacity; a batch writes the items that fit.
+    Dynamodb,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    pub model: Model,
+    /// Bucket size in units. Default: `refill_per_s` x 1 s (dynamodb); required
+    /// for token-bucket.
+    #[serde(default)]
+    pub capacity: Option<f64>,
+    /// Units per second.
+    pub refill_per_s: f64,
+    /// Units in the bucket at the start. Default: empty (token-bucket, as
+    /// Heroku's simulation starts), full (dynamodb).
+    #[serde(default)]
+    pub initial: Option<f64>,
+    /// dynamodb: unused capacity kept as burst credit, seconds (DynamoDB: 300).
+    #[serde(default)]
+    pub burst_credit_s: f64,
+    /// Whether answers carry the bucket level (Heroku's RateLimit-Remaining).
+    /// Default: true for token-bucket, false for dynamodb (DynamoDB has none).
+    #[serde(default)]
+    pub report_remaining: Option<bool>,
+    #[serde(default)]
+    pub schedule: Vec<Step>,
+}
+
+/// A capacity change at `at_s` (auto scaling).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub at_s: f64,
+    #[serde(default)]
+    pub refill_per_s: Option<f64>,
+    #[serde(default)]
+    pub capacity: Option<f64>,
+}
+
+/// A number, or a distribution drawn per use.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Dist {
+    Fixed(f64),
+    /// One of these, uniformly.
+    Choice(Vec<f64>),
+    /// Uniform in [min, max].
+    Uniform {
+        min: f64,
+        max: f64,
+    },
+}
+
+impl Dist {
+    fn check(&self, field: &str, min: f64) -> Result<(), SimError> {
+        let ok = match self {
+            Dist::Fixed(v) => *v >= min,
+            Dist::Choice(v) => !v.is_empty() && v.iter().all(|x| *x >= min),
+            Dist::Uniform { min: a, max: b } => *a >= min && b >= a,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(SimError::Invalid(format!(
+                "{field} = {self:?}: every value must be >= {min} (and max >= min)"
+            )))
+        }
+    }
+
+    /// The mean value.
+    pub fn mean(&self) -> f64 {
+        match self {
+            Dist::Fixed(v) => *v,
+            Dist::Choice(v) => v.iter().sum::<f64>() / v.len() as f64,
+            Dist::Uniform { min, max } => (min + max) / 2.0,
+        }
+    }
+}
+
+/// What the clients do.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Workload {
+    /// "busy": always another request.
+    Named(String),
+    /// Busy for `busy_s`, idle for `idle_s`, repeatedly.
+    Cycle { busy_s: f64, idle_s: f64 },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clients {
+    pub count: usize,
+    /// Cost of one item, in units (WCU): fixed, `[choices]`, or `{ min, max }`
+    /// (drawn per item and rounded up to a whole unit).
+    #[serde(default = "one")]
+    pub cost: Dist,
+    /// Items per request (a BatchWriteItem holds up to 25).
+    #[serde(default = "one_usize")]
+    pub items: usize,
+    #[serde(default = "busy")]
+    pub workload: Workload,
+    /// Client i starts at a uniform random time in [0, stagger_s).
+    #[serde(default)]
+    pub stagger_s: f64,
+    /// Round trip of one request, milliseconds (the server sees it half way).
+    #[serde(default = "latency")]
+    pub latency_ms: Dist,
+    /// Strategies are told the server's refill rate (the worker reads it with
+    /// DescribeTable; Heroku's clients know 4500/hour).
+    #[serde(default = "yes")]
+    pub know_capacity: bool,
+    /// Strategies are told their share, 1/count (the worker's share of the
+    /// consumer group's partitions). Heroku's clients do not know it.
+    #[serde(default)]
+    pub know_share: bool,
+    /// Fixed pacing, units/s per client, for strategies that do not pace
+    /// themselves (the worker's `throttle.pacing_rate`).
+    #[serde(default)]
+    pub pacing_rate: Option<f64>,
+    /// Units the pacer releases at once (the worker's `throttle.pacing_burst`).
+    #[serde(default = "burst")]
+    pub pacing_burst: u32,
+}
+
+/// The time-to-clear probe (seed 004): a separate run where the server holds
+/// `requests` units and never refills, every client starts with a stored sleep
+/// of `start_sleep_s`, and stops when the remaining units fall to
+/// `stop_at_remaining`. The time until all stop.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clear {
+    pub start_sleep_s: f64,
+    pub requests: f64,
+    #[serde(default = "ten")]
+    pub stop_at_remaining: f64,
+}
+
+/// `x > 0` (false for NaN).
+fn positive(x: f64) -> bool {
+    x > 0.0
+}
+
+/// `x >= 0` (false for NaN).
+fn non_negative(x: f64) -> bool {
+    x >= 0.0
+}
+
+fn one() -> Dist {
+    Dist::Fixed(1.0)
+}
+fn one_usize() -> usize {
+    1
+}
+fn busy() -> Workload {
+    Workload::Named("busy".into())
+}
+fn latency() -> Dist {
+    Dist::Fixed(50.0)
+}
+fn yes() -> bool {
+    true
+}
+fn burst() -> u32 {
+    25
+}
+fn ten() -> f64 {
+    10.0
+}
+
+/// A strategy entry: its label and its configuration.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub label: String,
+    pub config: StrategyConfig,
+}
+
+impl Scenario {
+    /// Parses and validates a scenario.
+    pub fn parse(text: &str) -> Result<Scenario, SimError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| SimError::Parse(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
+        if !(self.duration_s > 0.0 && self.duration_s <= 30.0 * 86_400.0) {
+            return bad(format!(
+                "duration_s = {}: must be in (0, 30 days]",
+                self.duration_s
+            ));
+        }
+        let sv = &self.server;
+        if !(sv.refill_per_s >= 0.0 && sv.refill_per_s.is_finite()) {
+            return bad(format!(
+                "server.refill_per_s = {}: must be >= 0",
+                sv.refill_per_s
+            ));
+        }
+        if sv.model == Model::TokenBucket && sv.capacity.is_none() {
+            return bad("server.capacity: required for model = \"token-bucket\"".into());
+        }
+        if sv.model == Model::Dynamodb && sv.refill_per_s <= 0.0 {
+            return bad("server.refill_per_s: must be > 0 for model = \"dynamodb\"".into());
+        }
+        if let Some(c) = sv.capacity.filter(|c| !positive(*c)) {
+            return bad(format!("server.capacity = {c}: must be > 0"));
+        }
+        if sv.burst_credit_s < 0.0 {
+            return bad(format!(
+                "server.burst_credit_s = {}: must be >= 0",
+                sv.burst_credit_s
+            ));
+        }
+        for (i, st) in sv.schedule.iter().enumerate() {
+            if !non_negative(st.at_s) {
+                return bad(format!(
+                    "server.schedule[{i}].at_s = {}: must be >= 0",
+                    st.at_s
+                ));
+            }
+            if st.refill_per_s.is_none() && st.capacity.is_none() {
+                return bad(format!(
+                    "server.schedule[{i}]: give refill_per_s and/or capacity"
+                ));
+            }
+            if st.refill_per_s.is_some_and(|r| !positive(r))
+                || st.capacity.is_some_and(|c| !positive(c))
+            {
+                return bad(format!("server.schedule[{i}]: values must be > 0"));
+            }
+        }
+        let c = &self.clients;
+        if c.count == 0 || c.count > 10_000 {
+            return bad(format!("clients.count = {}: must be in 1..=10000", c.count));
+        }
+        if c.items == 0 || c.items > 25 {
+            return bad(format!("clients.items = {}: must be in 1..=25", c.items));
+        }
+        c.cost.check("clients.cost", 1.0)?;
+        c.latency_ms.check("clients.latency_ms", 0.0)?;
+        match &c.workload {
+            Workload::Named(n) if n == "busy" => {}
+            Workload::Named(n) => {
+                return bad(format!(
+                    "clients.workload = {n:?}: must be \"busy\" or {{ busy_s, idle_s }}"
+                ))
+            }
+            Workload::Cycle { busy_s, idle_s } if !(*busy_s > 0.0 && *idle_s >= 0.0) => {
+                return bad("clients.workload: busy_s must be > 0 and idle_s >= 0".into())
+            }
+            Workload::Cycle { .. } => {}
+        }
+        if !non_negative(c.stagger_s) {
+            return bad(format!("clients.stagger_s = {}: must be >= 0", c.stagger_s));
+        }
+        if c.pacing_rate.is_some_and(|r| !positive(r)) {
+            return bad("clients.pacing_rate: must be > 0".into());
+        }
+        if c.pacing_burst == 0 {
+            return bad("clients.pacing_burst: must be >= 1".into());
+        }
+        if let Some(cl) = &self.clear {
+            if !(cl.start_sleep_s > 0.0 && cl.requests > 0.0 && cl.stop_at_remaining >= 0.0) {
+                return bad(
+                    "clear: start_sleep_s and requests must be > 0, stop_at_remaining >= 0".into(),
+                );
+            }
+        }
+        if self.strategies.is_empty() {
+            return bad("strategy: list at least one [[strategy]]".into());
+        }
+        self.entries()?;
+        Ok(())
+    }
+
+    /// The strategies, parsed, with unique labels.
+    pub fn entries(&self) -> Result<Vec<Entry>, SimError> {
+        let mut seen = BTreeMap::new();
+        let mut out = Vec::new();
+        for (i, t) in self.strategies.iter().enumerate() {
+            let mut t = t.clone();
+            let label = match t.remove("label") {
+                Some(toml::Value::String(l)) => Some(l),
+                Some(other) => {
+                    return Err(SimError::Invalid(format!(
+                        "strategy[{i}].label = {other}: must be a string"
+                    )))
+                }
+                None => None,
+            };
+            let config: StrategyConfig = toml::Value::Table(t)
+                .try_into()
+                .map_err(|e| SimError::Invalid(format!("strategy[{i}]: {e}")))?;
+            config.validate().map_err(|e| {
+                SimError::Invalid(format!("strategy[{i}] ({}): {e}", config.name()))
+            })?;
+            let label = label.unwrap_or_else(|| config.name().to_string());
+            if seen.insert(label.clone(), i).is_some() {
+                return Err(SimError::Invalid(format!(
+                    "strategy[{i}]: label {label:?} is used twice; add `label = \"...\"`"
+                )));
+            }
+            out.push(Entry { label, config });
+        }
+        Ok(out)
+    }
+
+    /// Whether answers carry the bucket level.
+    pub fn reports_remaining(&self) -> bool {
+        self.server
+            .report_remaining
+            .unwrap_or(self.server.model == Model::TokenBucket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        name = "t"
+        duration_s = 60
+        [server]
+        model = "token-bucket"
+        capacity = 100
+        refill_per_s = 1
+        [clients]
+        count = 2
+        [[strategy]]
+        name = "adaptive"
+    "#;
+
+    #[test]
+    fn a_minimal_scenario_takes_the_defaults() {
+        let s = Scenario::parse(MINIMAL).unwrap();
+        assert_eq!(s.clients.cost, Dist::Fixed(1.0));
+        assert!(s.reports_remaining());
+        assert_eq!(s.entries().unwrap()[0].label, "adaptive");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_rule() {
+        let cases = [
+            (
+                "duration_s = 60",
+                "duration_s = 0",
+                "duration_s = 0: must be in",
+            ),
+            ("count = 2", "count = 0", "clients.count = 0"),
+            ("capacity = 100\n", "", "server.capacity: required"),
+            (
+                "name = \"adaptive\"",
+                "name = \"adaptive\"\ndecrease = 2.0",
+                "strategy[0] (adaptive): decrease = 2",
+            ),
+            (
+                "name = \"adaptive\"",
+                "name = \"magic\"",
+                "unknown variant `magic`",
+            ),
+            (
+                "count = 2",
+                "count = 2\nworkload = \"lazy\"",
+                "clients.workload = \"lazy\"",
+            ),
+            (
+                "count = 2",
+                "count = 2\ncolour = 1",
+                "unknown field `colour`",
+            ),
+        ];
+        for (from, to, want) in cases {
+            let text = MINIMAL.replacen(from, to, 1);
+            let err = Scenario::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(want), "{to:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn labels_tell_settings_apart_and_must_be_unique() {
+        let two = format!("{MINIMAL}\n[[strategy]]\nname = \"adaptive\"\n");
+        let err = Scenario::parse(&two).unwrap_err().to_string();
+        assert!(err.contains("used twice"), "{err}");
+        let ok = format!("{two}label = \"slow\"\ndecrease = 0.5\n");
+        let s = Scenario::parse(&ok).unwrap();
+        let labels: Vec<_> = s.entries().unwrap().into_iter().map(|e| e.label).collect();
+        assert_eq!(labels, ["adaptive", "slow"]);
+    }
+}

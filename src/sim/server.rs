@@ -1,0 +1,294 @@
+//! The simulated server: a token bucket (Heroku's API) or DynamoDB's
+//! provisioned capacity (the throttle proxy's own [`Bucket`], so the
+//! simulator and `ingest throttle-proxy` enforce capacity with the same code),
+//! with a capacity schedule. Pure: time is passed in.
+
+use std::time::Duration;
+
+use crate::proxy::bucket::Bucket;
+
+use super::scenario::{Model, Server as ServerCfg, Step};
+
+/// What the server did with one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// Per item: written or not (each item fits or not, in order).
+    pub accepted: Vec<bool>,
+    pub accepted_units: f64,
+    /// The bucket level after the request, as a fraction of its size, when
+    /// the server reports one (token-bucket: floor(tokens) / capacity).
+    pub remaining: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// size, refill per second, tokens, last refill.
+    Tokens {
+        size: f64,
+        refill: f64,
+        tokens: f64,
+        last: Duration,
+    },
+    Dynamo(Bucket),
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    kind: Kind,
+    report_remaining: bool,
+    /// Pending steps, by time.
+    schedule: Vec<Step>,
+    /// Units offered so far (initial units plus refill).
+    offered: f64,
+    offered_until: Duration,
+    accepted: f64,
+}
+
+impl Answer {
+    pub fn accepted_items(&self) -> usize {
+        self.accepted.iter().filter(|a| **a).count()
+    }
+}
+
+impl Server {
+    pub fn new(cfg: &ServerCfg, report_remaining: bool) -> Self {
+        let mut schedule = cfg.schedule.clone();
+        schedule.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let (kind, initial) = match cfg.model {
+            Model::TokenBucket => {
+                let size = cfg.capacity.unwrap_or(cfg.refill_per_s);
+                let tokens = cfg.initial.unwrap_or(0.0).min(size);
+                let kind = Kind::Tokens {
+                    size,
+                    refill: cfg.refill_per_s,
+                    tokens,
+                    last: Duration::ZERO,
+                };
+                (kind, tokens)
+            }
+            Model::Dynamodb => {
+                let rate = cfg.refill_per_s;
+                let size = cfg.capacity.unwrap_or(rate);
+                let mut b = Bucket::new(rate, size / rate, cfg.burst_credit_s, Duration::ZERO);
+                let full = b.available(Duration::ZERO);
+                let initial = cfg.initial.unwrap_or(full).min(full);
+                if initial < full {
+                    b.try_take(full - initial, Duration::ZERO);
+                }
+                (Kind::Dynamo(b), initial)
+            }
+        };
+        Self {
+            kind,
+            report_remaining,
+            schedule,
+            offered: initial,
+            offered_until: Duration::ZERO,
+            accepted: 0.0,
+        }
+    }
+
+    /// The clear probe's server: `units` in the bucket, no refill.
+    pub fn preloaded(units: f64) -> Self {
+        Self {
+            kind: Kind::Tokens {
+                size: units,
+                refill: 0.0,
+                tokens: units,
+                last: Duration::ZERO,
+            },
+            report_remaining: true,
+            schedule: Vec::new(),
+            offered: units,
+            offered_until: Duration::ZERO,
+            accepted: 0.0,
+        }
+    }
+
+    /// The refill rate in force, units per second.
+    pub fn refill(&self) -> f64 {
+        match &self.kind {
+            Kind::Tokens { refill, .. } => *refill,
+            Kind::Dynamo(b) => b.rate(),
+        }
+    }
+
+    /// Brings the schedule and the offered-capacity account up to `now`.
+    pub fn advance(&mut self, now: Duration) {
+        while let Some(step) = self.schedule.first().cloned() {
+            let at = Duration::from_secs_f64(step.at_s);
+            if at > now {
+                break;
+            }
+            self.account(at);
+            self.schedule.remove(0);
+            match &mut self.kind {
+                Kind::Tokens {
+                    size,
+                    refill,
+                    tokens,
+                    last,
+                } => {
+                    Self::refill_tokens(*size, *refill, tokens, last, at);
+                    if let Some(r) = step.refill_per_s {
+                        *refill = r;
+                    }
+                    if let Some(c) = step.capacity {
+                        *size = c;
+                        *tokens = tokens.min(c);
+                    }
+                }
+                Kind::Dynamo(b) => {
+                    if let Some(r) = step.refill_per_s.or(step.capacity) {
+                        b.set_rate(r, at);
+                    }
+                }
+            }
+        }
+        self.account(now);
+    }
+
+    fn account(&mut self, now: Duration) {
+        if now > self.offered_until {
+            self.offered += self.refill() * (now - self.offered_until).as_secs_f64();
+            self.offered_until = now;
+        }
+    }
+
+    fn refill_tokens(size: f64, refill: f64, tokens: &mut f64, last: &mut Duration, now: Duration) {
+        let dt = now.saturating_sub(*last).as_secs_f64();
+        *last = (*last).max(now);
+        *tokens = (*tokens + refill * dt).min(size);
+    }
+
+    /// One request of items costing `costs` arriving at `now`.
+    pub fn request(&mut self, costs: &[f64], now: Duration) -> Answer {
+        self.advance(now);
+        let (accepted, accepted_units) = match &mut self.kind {
+            Kind::Tokens {
+                size,
+                refill,
+                tokens,
+                last,
+            } => {
+                Self::refill_tokens(*size, *refill, tokens, last, now);
+                // All or nothing (an HTTP request): 200 or 429.
+                let total: f64 = costs.iter().sum();
+                if *tokens + 1e-9 >= total {
+                    *tokens -= total;
+                    (vec![true; costs.len()], total)
+                } else {
+                    (vec![false; costs.len()], 0.0)
+                }
+            }
+            // Item by item, as the proxy splits a BatchWriteItem.
+            Kind::Dynamo(b) => {
+                let mask: Vec<bool> = costs.iter().map(|&c| b.try_take(c, now)).collect();
+                let units = costs
+                    .iter()
+                    .zip(&mask)
+                    .filter(|(_, ok)| **ok)
+                    .map(|(c, _)| c)
+                    .sum();
+                (mask, units)
+            }
+        };
+        self.accepted += accepted_units;
+        Answer {
+            accepted,
+            accepted_units,
+            remaining: self.report_remaining.then(|| self.level(now)),
+        }
+    }
+
+    /// Units left now (bucket plus any credit).
+    pub fn available(&mut self, now: Duration) -> f64 {
+        self.advance(now);
+        match &mut self.kind {
+            Kind::Tokens {
+                size,
+                refill,
+                tokens,
+                last,
+            } => {
+                Self::refill_tokens(*size, *refill, tokens, last, now);
+                *tokens
+            }
+            Kind::Dynamo(b) => b.available(now),
+        }
+    }
+
+    /// The reported level: whole units left over the bucket size.
+    fn level(&mut self, now: Duration) -> f64 {
+        let size = match &self.kind {
+            Kind::Tokens { size, .. } => *size,
+            Kind::Dynamo(b) => b.rate(),
+        };
+        (self.available(now).floor() / size).clamp(0.0, 1.0)
+    }
+
+    /// (accepted units, offered units) up to `now`.
+    pub fn totals(&mut self, now: Duration) -> (f64, f64) {
+        self.advance(now);
+        (self.accepted, self.offered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: f64) -> Duration {
+        Duration::from_secs_f64(x)
+    }
+
+    fn cfg(model: Model, capacity: Option<f64>, refill: f64) -> ServerCfg {
+        ServerCfg {
+            model,
+            capacity,
+            refill_per_s: refill,
+            initial: None,
+            burst_credit_s: 0.0,
+            report_remaining: None,
+            schedule: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn herokus_bucket_starts_empty_and_answers_all_or_nothing() {
+        let mut sv = Server::new(&cfg(Model::TokenBucket, Some(4500.0), 1.25), true);
+        assert_eq!(sv.request(&[1.0], s(0.0)).accepted_items(), 0);
+        let a = sv.request(&[1.0], s(0.8));
+        assert_eq!(a.accepted_items(), 1);
+        assert_eq!(a.remaining, Some(0.0));
+        let a = sv.request(&[1.0], s(8.0));
+        assert_eq!(a.remaining, Some(8.0 / 4500.0), "floor(9 - 1) / 4500");
+        assert_eq!(sv.request(&[5.0, 5.0], s(8.0)).accepted_items(), 0);
+        let (acc, off) = sv.totals(s(10.0));
+        assert_eq!(acc, 2.0);
+        assert!((off - 12.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn dynamodb_writes_the_items_that_fit() {
+        let mut sv = Server::new(&cfg(Model::Dynamodb, None, 10.0), false);
+        let a = sv.request(&[4.0, 4.0, 4.0, 1.0], s(0.0));
+        assert_eq!((a.accepted_items(), a.accepted_units), (3, 9.0));
+        assert_eq!(a.remaining, None);
+    }
+
+    #[test]
+    fn the_schedule_changes_the_refill_and_the_offered_account() {
+        let mut c = cfg(Model::Dynamodb, None, 100.0);
+        c.schedule = vec![Step {
+            at_s: 10.0,
+            refill_per_s: Some(50.0),
+            capacity: None,
+        }];
+        let mut sv = Server::new(&c, false);
+        assert_eq!(sv.refill(), 100.0);
+        let (_, off) = sv.totals(s(20.0));
+        assert_eq!(sv.refill(), 50.0);
+        assert!((off - (100.0 + 1000.0 + 500.0)).abs() < 1e-6, "{off}");
+    }
+}
