@@ -111,9 +111,15 @@ impl<C: Clock + Clone> Pacer<C> {
                 let quota = Quota::with_period(period)
                     .expect("period > 0")
                     .allow_burst(self.burst);
+                let limiter = RateLimiter::direct_with_clock(quota, self.clock.clone());
+                // A new limiter starts empty, as if it had just released a
+                // burst: a rate change must not hand out a free burst.
+                if cur.is_some() {
+                    let _ = limiter.check_n(self.burst);
+                }
                 *cur = Some(Current {
                     rate: r,
-                    limiter: Arc::new(RateLimiter::direct_with_clock(quota, self.clock.clone())),
+                    limiter: Arc::new(limiter),
                 });
             }
         }

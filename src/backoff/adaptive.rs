@@ -31,6 +31,20 @@
 //! - **Never inflate when idle.** The rate grows only while the client uses most
 //!   of it (accepted >= half the rate over the window).
 //!
+//! - **Keep a cushion, when the server shows its bucket.** If answers carry the
+//!   bucket's level (Heroku's RateLimit-Remaining; DynamoDB has none) and the
+//!   refill rate is known, the rate is steered by that level instead. Every
+//!   client sees the same level, and its trend over the last
+//!   `cushion_window_s` is capacity minus the whole fleet's rate, so each
+//!   client knows the fleet's rate without talking to the others. It scales
+//!   its own rate by (the fleet rate that would bring the level to `cushion_s`
+//!   seconds of capacity within twice that time) / (the fleet rate now),
+//!   damped by `cushion_gain`: all scale alike, the fleet converges, shares
+//!   stay as they were, and the bucket never runs dry, so nobody is
+//!   throttled. A throttle halves the rate. Without a known share a client
+//!   starts at `cushion_start` x capacity (an empty bucket is filled, not
+//!   fought over; a full one is found within seconds).
+//!
 //! Returns no delay itself (the caller's pacer enforces `rate()`).
 
 use std::collections::VecDeque;
@@ -59,6 +73,15 @@ pub struct AdaptiveConfig {
     pub follow_capacity: bool,
     /// Seconds to climb back to the fair share after a decrease below it.
     pub fast_recovery_s: f64,
+    /// Level mode: seconds of capacity to keep in the server's bucket.
+    pub cushion_s: f64,
+    /// Level mode: how much of the computed correction to apply per answer.
+    pub cushion_gain: f64,
+    /// Level mode: the span over which the level's trend is measured.
+    pub cushion_window_s: f64,
+    /// Level mode: starting rate as a fraction of the capacity when the share
+    /// is unknown.
+    pub cushion_start: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -74,6 +97,10 @@ impl Default for AdaptiveConfig {
             window_ms: 2000.0,
             follow_capacity: true,
             fast_recovery_s: 5.0,
+            cushion_s: 10.0,
+            cushion_gain: 0.3,
+            cushion_window_s: 30.0,
+            cushion_start: 0.06,
         }
     }
 }
@@ -107,6 +134,18 @@ impl AdaptiveConfig {
         super::ensure(self.fast_recovery_s > 0.0, || {
             format!("fast_recovery_s = {}: must be > 0", self.fast_recovery_s)
         })?;
+        super::ensure(
+            self.cushion_s > 0.0
+                && self.cushion_window_s > 0.0
+                && self.cushion_gain > 0.0
+                && self.cushion_gain <= 1.0
+                && self.cushion_start > 0.0
+                && self.cushion_start <= 1.0,
+            || {
+                "cushion_s, cushion_window_s must be > 0; cushion_gain, cushion_start in (0, 1]"
+                    .into()
+            },
+        )?;
         Ok(())
     }
 }
@@ -126,6 +165,10 @@ pub struct Adaptive {
     expected: Option<f64>,
     /// (time, accepted units) within the window.
     accepted: VecDeque<(Duration, f64)>,
+    /// Steered by the server's bucket level (see the module doc).
+    level_mode: bool,
+    /// Level mode: (time, level) of this client's recent answers.
+    levels: VecDeque<(Duration, f64)>,
     metrics: Metrics,
 }
 
@@ -141,8 +184,68 @@ impl Adaptive {
             capacity: None,
             expected: None,
             accepted: VecDeque::new(),
+            level_mode: false,
+            levels: VecDeque::new(),
             metrics: Metrics::default(),
         }
+    }
+
+    /// Level mode: one answer that carried the bucket's level.
+    fn level_step(&mut self, fb: &Feedback, level: f64, capacity: f64) {
+        let share = fb.share.filter(|s| *s > 0.0);
+        if !self.level_mode {
+            self.level_mode = true;
+            if self.w_max.is_none() {
+                self.rate = match share {
+                    Some(s) => capacity * s.min(1.0) * self.cfg.target_fraction,
+                    None => capacity * self.cfg.cushion_start,
+                };
+            }
+        }
+        let window = Duration::from_secs_f64(self.cfg.cushion_window_s);
+        self.levels.push_back((fb.now, level));
+        while self.levels.len() > 2 && fb.now.saturating_sub(self.levels[1].0) >= window {
+            self.levels.pop_front();
+        }
+        let cushion = capacity * self.cfg.cushion_s;
+        let cooldown = Duration::from_secs_f64(self.cfg.cooldown_ms / 1e3);
+        let since = self.last_decrease.map(|t| fb.now.saturating_sub(t));
+        if fb.throttled {
+            // The very first answer says nothing about this client's rate
+            // (an empty bucket at the start meets every strategy).
+            if self.levels.len() > 1 && since.is_none_or(|s| s >= cooldown) {
+                self.w_max = Some(self.rate);
+                self.rate *= 0.5;
+                self.last_decrease = Some(fb.now);
+                self.metrics.went_down += 1;
+            }
+        } else if let Some(&(t0, l0)) = self.levels.front() {
+            let span = fb.now.saturating_sub(t0).as_secs_f64();
+            if span >= 1.0 {
+                // The level's trend is capacity minus the fleet's rate (exact
+                // while the bucket is neither empty nor full).
+                let slope = (level - l0) / span;
+                let fleet_now = (capacity - slope).max(capacity * 0.05);
+                let fleet_wanted = capacity - (cushion - level) / (2.0 * self.cfg.cushion_s);
+                let k = (fleet_wanted / fleet_now).max(0.0);
+                let k = (1.0 + self.cfg.cushion_gain * (k - 1.0)).clamp(0.5, 2.0);
+                self.rate *= k;
+                if k > 1.0 {
+                    self.metrics.went_up += 1;
+                } else if k < 1.0 {
+                    self.metrics.went_down += 1;
+                }
+            }
+        }
+        // Above the capacity only while the bucket holds plenty.
+        let hi = if level > 2.0 * cushion {
+            self.cfg.max_rate
+        } else {
+            (capacity * self.cfg.target_fraction).min(self.cfg.max_rate)
+        };
+        self.rate = self
+            .rate
+            .clamp(self.cfg.min_rate, hi.max(self.cfg.min_rate));
     }
 
     /// Accepted units per second over the window ending at `now`.
@@ -214,6 +317,10 @@ impl Strategy for Adaptive {
 
     fn after_attempt(&mut self, fb: &Feedback) -> Duration {
         self.metrics.invocations += 1;
+        if let (Some(level), Some(capacity)) = (fb.level_units, fb.capacity.filter(|c| *c > 0.0)) {
+            self.level_step(fb, level, capacity);
+            return Duration::ZERO;
+        }
         self.record(fb.now, fb.accepted_units);
         self.follow(fb.capacity, fb.share);
         let dt = self
@@ -295,6 +402,7 @@ mod tests {
             throttled,
             accepted_units: units,
             remaining: None,
+            level_units: None,
             capacity,
             share: None,
         }
@@ -399,5 +507,48 @@ mod tests {
             let r = a.rate().unwrap();
             assert!((0.01..=1_000_000.0).contains(&r), "{r}");
         }
+    }
+
+    fn level(ms: u64, throttled: bool, level: f64) -> Feedback {
+        Feedback {
+            level_units: Some(level),
+            ..at(ms, throttled, if throttled { 0.0 } else { 1.0 }, Some(1.25))
+        }
+    }
+
+    #[test]
+    fn with_a_reported_level_it_keeps_a_cushion() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        // Starts at cushion_start x capacity; the first throttle (an empty
+        // bucket at the start) does not count against it.
+        a.after_attempt(&level(0, true, 0.0));
+        let start = a.rate().unwrap();
+        assert!((start - 0.06 * 1.25).abs() < 1e-12, "{start}");
+        // The level climbs well above the 12.5-unit cushion: the fleet is
+        // slower than the refill, so the rate grows.
+        a.after_attempt(&level(10_000, false, 10.0));
+        a.after_attempt(&level(20_000, false, 30.0));
+        let up = a.rate().unwrap();
+        assert!(up > start, "{up} vs {start}");
+        // The bucket stays empty: the fleet is at or over the refill rate.
+        let mut t = 20_000;
+        for _ in 0..5 {
+            t += 10_000;
+            a.after_attempt(&level(t, false, 0.0));
+        }
+        assert!(a.rate().unwrap() < up, "{:?}", a.rate());
+        // A throttle later halves it, once per cooldown.
+        let before = a.rate().unwrap();
+        a.after_attempt(&level(t + 10, true, 0.0));
+        a.after_attempt(&level(t + 20, true, 0.0));
+        assert!((a.rate().unwrap() - before / 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn without_a_level_the_worker_path_is_unchanged() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        a.after_attempt(&at(0, false, 25.0, Some(200.0)));
+        assert_eq!(a.rate(), Some(196.0));
+        assert!(!a.level_mode);
     }
 }

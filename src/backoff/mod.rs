@@ -35,6 +35,9 @@ pub struct Feedback {
     pub accepted_units: f64,
     /// Fraction (0..=1) of the server's capacity left, when known.
     pub remaining: Option<f64>,
+    /// Units left in the server's bucket, when the server reports it (Heroku's
+    /// RateLimit-Remaining). DynamoDB reports none: the worker leaves it None.
+    pub level_units: Option<f64>,
     /// The server's capacity in units per second, when known.
     pub capacity: Option<f64>,
     /// The fraction of that capacity this client can expect (its share of the

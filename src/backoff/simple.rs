@@ -221,6 +221,7 @@ mod tests {
         throttled: true,
         accepted_units: 0.0,
         remaining: None,
+        level_units: None,
         capacity: None,
         share: None,
     };

@@ -113,6 +113,7 @@ impl Control {
             throttled,
             accepted_units,
             remaining,
+            level_units: None,
             capacity,
             share,
         };

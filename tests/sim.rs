@@ -1,0 +1,213 @@
+//! `ingest sim` on the shipped scenarios, in virtual time (nothing sleeps):
+//! the anchors reproduce their published shape, the default strategy meets its
+//! targets on Heroku's scenario, seed 000's graph rises to 291.9 ms, runs are
+//! deterministic, and the command line writes its outputs and rejects bad
+//! scenarios with a clear error.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ingest::sim::{self, report::Score};
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config/scenarios")
+        .join(format!("{name}.toml"))
+}
+
+fn scores(name: &str) -> Vec<Score> {
+    let sc = sim::load(&scenario(name)).unwrap();
+    sim::run(&sc).unwrap().scores
+}
+
+fn by<'a>(scores: &'a [Score], label: &str) -> &'a Score {
+    scores
+        .iter()
+        .find(|s| s.label == label)
+        .unwrap_or_else(|| panic!("no {label}"))
+}
+
+#[test]
+fn herokus_strategies_keep_their_published_shape_and_the_default_beats_them() {
+    let s = scores("heroku");
+    let exp = by(&s, "heroku-exponential");
+    let gradual = by(&s, "heroku-gradual");
+    let prop = by(&s, "heroku-proportional");
+    let remaining = by(&s, "heroku-proportional-remaining");
+    // Published: 80.41 % / 40.56 % / 3.66 % / 3.07 % (ANCHORS.md).
+    assert!(exp.retry_rate > 0.6, "exponential: {exp:?}");
+    assert!(
+        (0.3..0.6).contains(&gradual.retry_rate),
+        "gradual: {gradual:?}"
+    );
+    assert!((0.02..0.05).contains(&prop.retry_rate), "{prop:?}");
+    assert!(
+        (0.02..0.05).contains(&remaining.retry_rate),
+        "{remaining:?}"
+    );
+    // Proportional decrease is slow to clear a full bucket (published 551 s);
+    // proportional-remaining clears it at once.
+    let clear = |s: &Score| s.time_to_clear_s.expect("cleared");
+    assert!(clear(prop) > 300.0 && clear(remaining) < 60.0, "{s:?}");
+
+    let default = by(&s, "adaptive");
+    assert!(default.retry_rate <= 0.01, "{default:?}");
+    assert!(default.utilization >= 0.95, "{default:?}");
+    let anchors = [exp, gradual, prop, remaining, by(&s, "autosleeper")];
+    let best_stdev = anchors
+        .iter()
+        .map(|a| a.request_stdev)
+        .fold(f64::MAX, f64::min);
+    let best_sleep = anchors
+        .iter()
+        .map(|a| a.max_sleep_s)
+        .fold(f64::MAX, f64::min);
+    assert!(
+        default.request_stdev <= best_stdev,
+        "{default:?} vs {best_stdev}"
+    );
+    assert!(
+        default.max_sleep_s <= best_sleep,
+        "{default:?} vs {best_sleep}"
+    );
+    for a in anchors {
+        assert!(default.retry_rate < a.retry_rate, "{default:?} vs {a:?}");
+    }
+}
+
+#[test]
+fn seed_000s_graph_rises_to_291_9_ms() {
+    let sc = sim::load(&scenario("seed000")).unwrap();
+    let r = sim::run(&sc).unwrap();
+    let attempts = &r.runs[0].attempts;
+    // Fifteen failures, then the wait before the 16th attempt is 1 ms x 1.5^14.
+    assert!(attempts[..15].iter().all(|a| a.throttled), "{attempts:?}");
+    let wait = attempts[15].wait_s;
+    assert!((wait - 0.291_929_238).abs() < 1e-9, "{wait}");
+    assert_eq!(format!("{:.1} ms", wait * 1e3), "291.9 ms");
+    assert!(!attempts[15].throttled, "then it succeeds");
+    assert!(
+        attempts.iter().skip(16).any(|a| a.throttled),
+        "and goes up and down"
+    );
+}
+
+#[test]
+fn the_same_scenario_and_seed_give_the_same_json() {
+    let mut sc = sim::load(&scenario("capacity-step")).unwrap();
+    let a = sim::run(&sc).unwrap().json();
+    let b = sim::run(&sc).unwrap().json();
+    assert_eq!(a, b);
+    sc.seed += 1;
+    let c = sim::run(&sc).unwrap().json();
+    assert_ne!(a, c, "the seed drives the workload");
+}
+
+#[test]
+fn every_shipped_scenario_runs() {
+    for entry in std::fs::read_dir(scenario("x").parent().unwrap()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let sc = sim::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let r = sim::run(&sc).unwrap();
+            assert!(
+                r.scores.iter().all(|s| s.requests > 0),
+                "{}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_command_writes_json_chart_and_trace() {
+    let dir = std::env::temp_dir().join(format!("ingest-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg, csv) = (dir.join("r.json"), dir.join("r.svg"), dir.join("r.csv"));
+    let out = Command::new(env!("CARGO_BIN_EXE_ingest"))
+        .args(["sim", "--scenario"])
+        .arg(scenario("heroku"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(&svg)
+        .arg("--trace")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("heroku-proportional-remaining"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let first = &report["strategies"][0];
+    for key in [
+        "retry_rate",
+        "max_sleep_s",
+        "request_stdev",
+        "time_to_clear_s",
+        "utilization",
+        "requests",
+        "throttled",
+    ] {
+        assert!(first.get(key).is_some(), "{key} missing: {first}");
+    }
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        chart.starts_with("<svg") && chart.contains("adaptive"),
+        "an SVG with panels"
+    );
+    let trace = std::fs::read_to_string(&csv).unwrap();
+    assert!(trace.starts_with("strategy,client,t_s,wait_s"));
+    let requests: u64 = report["strategies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        trace.lines().count() as u64,
+        requests + 1,
+        "one line per attempt"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_scenarios_exit_2_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("ingest-sim-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    let text = std::fs::read_to_string(scenario("heroku"))
+        .unwrap()
+        .replace("count = 10", "count = 0");
+    std::fs::write(&bad, text).unwrap();
+    for (path, want) in [
+        (bad.clone(), "clients.count = 0"),
+        (dir.join("missing.toml"), "missing.toml"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ingest"))
+            .args(["sim", "--scenario"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_ingest"))
+        .args(["sim", "--scenario"])
+        .arg(scenario("seed000"))
+        .arg("--chart")
+        .arg(dir.join("chart.png"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("only .svg"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
