@@ -13,9 +13,9 @@ use super::SimError;
 
 const ROW_H: u32 = 320;
 const WIDTH: u32 = 1400;
-/// Points per panel beyond which attempts are thinned (every k-th kept; all
-/// throttled attempts are kept).
-const MAX_POINTS: usize = 20_000;
+/// Points of each colour per panel beyond which attempts are thinned (every
+/// k-th kept), so a naive strategy's half a million retries stay drawable.
+const MAX_POINTS: usize = 10_000;
 
 /// Writes the chart to `path` (SVG).
 pub fn write(
@@ -87,22 +87,24 @@ fn waits(
         .y_desc("wait (s)")
         .light_line_style(WHITE)
         .draw()?;
-    let step = (out.attempts.len() / MAX_POINTS).max(1);
-    let ok = out
-        .attempts
-        .iter()
-        .enumerate()
-        .filter(|(i, a)| !a.throttled && i % step == 0)
-        .map(|(_, a)| Circle::new((a.t_s, a.wait_s), 2, GREEN.filled()));
+    let thin = |throttled: bool| {
+        let n = out
+            .attempts
+            .iter()
+            .filter(|a| a.throttled == throttled)
+            .count();
+        let step = n.div_ceil(MAX_POINTS).max(1);
+        out.attempts
+            .iter()
+            .filter(move |a| a.throttled == throttled)
+            .step_by(step)
+    };
+    let ok = thin(false).map(|a| Circle::new((a.t_s, a.wait_s), 2, GREEN.filled()));
     chart
         .draw_series(ok)?
         .label("success")
         .legend(|(x, y)| Circle::new((x, y), 3, GREEN.filled()));
-    let bad = out
-        .attempts
-        .iter()
-        .filter(|a| a.throttled)
-        .map(|a| Circle::new((a.t_s, a.wait_s), 2, RED.filled()));
+    let bad = thin(true).map(|a| Circle::new((a.t_s, a.wait_s), 2, RED.filled()));
     chart
         .draw_series(bad)?
         .label("throttled")
