@@ -20,15 +20,28 @@ pub struct Answer {
     pub remaining: Option<f64>,
 }
 
+/// Heroku's bucket: at most `size` tokens, refilled at `refill` per second.
+#[derive(Debug, Clone)]
+struct Tokens {
+    size: f64,
+    refill: f64,
+    tokens: f64,
+    last: Duration,
+}
+
+impl Tokens {
+    /// Tokens now, after the refill since the last look.
+    fn at(&mut self, now: Duration) -> f64 {
+        let dt = now.saturating_sub(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + self.refill * dt).min(self.size);
+        self.tokens
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Kind {
-    /// size, refill per second, tokens, last refill.
-    Tokens {
-        size: f64,
-        refill: f64,
-        tokens: f64,
-        last: Duration,
-    },
+    Tokens(Tokens),
     Dynamo(Bucket),
 }
 
@@ -58,12 +71,12 @@ impl Server {
             Model::TokenBucket => {
                 let size = cfg.capacity.unwrap_or(cfg.refill_per_s);
                 let tokens = cfg.initial.unwrap_or(0.0).min(size);
-                let kind = Kind::Tokens {
+                let kind = Kind::Tokens(Tokens {
                     size,
                     refill: cfg.refill_per_s,
                     tokens,
                     last: Duration::ZERO,
-                };
+                });
                 (kind, tokens)
             }
             Model::Dynamodb => {
@@ -91,12 +104,12 @@ impl Server {
     /// The clear probe's server: `units` in the bucket, no refill.
     pub fn preloaded(units: f64) -> Self {
         Self {
-            kind: Kind::Tokens {
+            kind: Kind::Tokens(Tokens {
                 size: units,
                 refill: 0.0,
                 tokens: units,
                 last: Duration::ZERO,
-            },
+            }),
             report_remaining: true,
             schedule: Vec::new(),
             offered: units,
@@ -108,7 +121,7 @@ impl Server {
     /// The refill rate in force, units per second.
     pub fn refill(&self) -> f64 {
         match &self.kind {
-            Kind::Tokens { refill, .. } => *refill,
+            Kind::Tokens(t) => t.refill,
             Kind::Dynamo(b) => b.rate(),
         }
     }
@@ -123,19 +136,14 @@ impl Server {
             self.account(at);
             self.schedule.remove(0);
             match &mut self.kind {
-                Kind::Tokens {
-                    size,
-                    refill,
-                    tokens,
-                    last,
-                } => {
-                    Self::refill_tokens(*size, *refill, tokens, last, at);
+                Kind::Tokens(t) => {
+                    t.at(at);
                     if let Some(r) = step.refill_per_s {
-                        *refill = r;
+                        t.refill = r;
                     }
                     if let Some(c) = step.capacity {
-                        *size = c;
-                        *tokens = tokens.min(c);
+                        t.size = c;
+                        t.tokens = t.tokens.min(c);
                     }
                 }
                 Kind::Dynamo(b) => {
@@ -155,27 +163,15 @@ impl Server {
         }
     }
 
-    fn refill_tokens(size: f64, refill: f64, tokens: &mut f64, last: &mut Duration, now: Duration) {
-        let dt = now.saturating_sub(*last).as_secs_f64();
-        *last = (*last).max(now);
-        *tokens = (*tokens + refill * dt).min(size);
-    }
-
     /// One request of items costing `costs` arriving at `now`.
     pub fn request(&mut self, costs: &[f64], now: Duration) -> Answer {
         self.advance(now);
         let (accepted, accepted_units) = match &mut self.kind {
-            Kind::Tokens {
-                size,
-                refill,
-                tokens,
-                last,
-            } => {
-                Self::refill_tokens(*size, *refill, tokens, last, now);
+            Kind::Tokens(t) => {
                 // All or nothing (an HTTP request): 200 or 429.
                 let total: f64 = costs.iter().sum();
-                if *tokens + 1e-9 >= total {
-                    *tokens -= total;
+                if t.at(now) + 1e-9 >= total {
+                    t.tokens -= total;
                     (vec![true; costs.len()], total)
                 } else {
                     (vec![false; costs.len()], 0.0)
@@ -205,15 +201,7 @@ impl Server {
     pub fn available(&mut self, now: Duration) -> f64 {
         self.advance(now);
         match &mut self.kind {
-            Kind::Tokens {
-                size,
-                refill,
-                tokens,
-                last,
-            } => {
-                Self::refill_tokens(*size, *refill, tokens, last, now);
-                *tokens
-            }
+            Kind::Tokens(t) => t.at(now),
             Kind::Dynamo(b) => b.available(now),
         }
     }
@@ -221,7 +209,7 @@ impl Server {
     /// The reported level: whole units left over the bucket size.
     fn level(&mut self, now: Duration) -> f64 {
         let size = match &self.kind {
-            Kind::Tokens { size, .. } => *size,
+            Kind::Tokens(t) => t.size,
             Kind::Dynamo(b) => b.rate(),
         };
         (self.available(now).floor() / size).clamp(0.0, 1.0)
