@@ -53,7 +53,7 @@ pub struct Outcome {
     pub cleared_at: Option<Duration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
     NewRequest,
     Pace,
@@ -113,17 +113,14 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
     let clock = FakeRelativeClock::default();
     let mut clock_at = Duration::ZERO;
     let burst = NonZeroU32::new(c.pacing_burst.max(1)).expect(">= 1");
-    let (mut server, end) = match (mode, &sc.clear) {
-        (Mode::Clear, Some(cl)) => (Server::preloaded(cl.requests), sc.duration_s),
+    let end = Duration::from_secs_f64(sc.duration_s);
+    // The server, and the bucket size its reported level is a fraction of.
+    let (mut server, bucket_size) = match (mode, &sc.clear) {
+        (Mode::Clear, Some(cl)) => (Server::preloaded(cl.requests), cl.requests),
         _ => (
             Server::new(&sc.server, sc.reports_remaining()),
-            sc.duration_s,
+            sc.server.capacity.unwrap_or(sc.server.refill_per_s),
         ),
-    };
-    let end = Duration::from_secs_f64(end);
-    let bucket_size = match (mode, &sc.clear) {
-        (Mode::Clear, Some(cl)) => cl.requests,
-        _ => sc.server.capacity.unwrap_or(sc.server.refill_per_s),
     };
     let share = c.know_share.then(|| 1.0 / c.count as f64);
     let mean_units = c.cost.mean().ceil() * c.items as f64;
@@ -158,12 +155,11 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
         })
         .collect();
 
-    let mut queue: BinaryHeap<Reverse<(Duration, u64, usize, u8)>> = BinaryHeap::new();
+    let mut queue: BinaryHeap<Reverse<(Duration, u64, usize, Step)>> = BinaryHeap::new();
     let mut seq = 0u64;
-    let code = |s: Step| s as u8;
     let mut push = |q: &mut BinaryHeap<_>, t: Duration, id: usize, s: Step| {
         seq += 1;
-        q.push(Reverse((t, seq, id, code(s))));
+        q.push(Reverse((t, seq, id, s)));
     };
     for (i, cl) in clients.iter().enumerate() {
         push(&mut queue, cl.start, i, Step::NewRequest);
@@ -180,7 +176,6 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
             clock_at = t;
         }
         let cl = &mut clients[id];
-        let step = [Step::NewRequest, Step::Pace, Step::Arrive, Step::Answer][step as usize];
         match step {
             Step::NewRequest => {
                 if let Workload::Cycle { busy_s, idle_s } = c.workload {
