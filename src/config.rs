@@ -80,6 +80,8 @@ struct RawConfig {
     throttle: RawThrottle,
     #[serde(default)]
     log: RawLog,
+    #[serde(default)]
+    ops: RawOps,
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,6 +200,44 @@ impl Default for RawLog {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOps {
+    listen: Option<String>,
+    #[serde(default = "d_stuck_after_s")]
+    stuck_after_s: u64,
+    #[serde(default = "d_progress")]
+    progress: String,
+    #[serde(default = "d_progress_interval_s")]
+    progress_interval_s: u64,
+    #[serde(default = "d_lag_interval_ms")]
+    lag_interval_ms: u64,
+}
+
+impl Default for RawOps {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            stuck_after_s: d_stuck_after_s(),
+            progress: d_progress(),
+            progress_interval_s: d_progress_interval_s(),
+            lag_interval_ms: d_lag_interval_ms(),
+        }
+    }
+}
+
+fn d_stuck_after_s() -> u64 {
+    300
+}
+fn d_progress() -> String {
+    "auto".into()
+}
+fn d_progress_interval_s() -> u64 {
+    10
+}
+fn d_lag_interval_ms() -> u64 {
+    5_000
+}
 fn d_commit_interval_ms() -> u64 {
     2_000
 }
@@ -255,6 +295,7 @@ pub struct Settings {
     pub pipeline: PipelineSettings,
     pub throttle: ThrottleSettings,
     pub log: LogSettings,
+    pub ops: OpsSettings,
 }
 
 #[derive(Debug, Clone)]
@@ -328,6 +369,30 @@ pub enum LogFormat {
 pub struct LogSettings {
     pub format: LogFormat,
     pub level: String,
+}
+
+/// How progress is shown in `--until-caught-up` mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A progress bar when stderr is a terminal, log lines otherwise.
+    Auto,
+    /// Log lines only.
+    Log,
+    Off,
+}
+
+/// The operator's side: the HTTP endpoints and progress reporting.
+#[derive(Debug, Clone)]
+pub struct OpsSettings {
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (None: not served).
+    pub listen: Option<std::net::SocketAddr>,
+    /// `/readyz` fails when records wait and nothing was written for this long.
+    pub stuck_after: Duration,
+    pub progress: ProgressMode,
+    pub progress_interval: Duration,
+    /// How often librdkafka reports consumer lag (`statistics.interval.ms`),
+    /// when the endpoints are served; 0 disables.
+    pub lag_interval: Duration,
 }
 
 impl Settings {
@@ -500,6 +565,7 @@ impl RawConfig {
             pipeline: self.pipeline.validate()?,
             throttle: self.throttle.validate()?,
             log: self.log.validate()?,
+            ops: self.ops.validate()?,
         })
     }
 }
@@ -645,6 +711,47 @@ pub fn check_kafka_key_schema(schema: &KeySchema) -> Result<(), String> {
             "needs a table keyed by a string partition key and, optionally, a number sort key"
                 .into(),
         )
+    }
+}
+
+impl RawOps {
+    fn validate(self) -> Result<OpsSettings, ConfigError> {
+        let listen = match self.listen {
+            None => None,
+            Some(l) => Some(l.parse().map_err(|_| {
+                invalid(
+                    "ops.listen",
+                    &l,
+                    "must be an address:port, e.g. 0.0.0.0:9100",
+                )
+            })?),
+        };
+        let progress = match self.progress.as_str() {
+            "auto" => ProgressMode::Auto,
+            "log" => ProgressMode::Log,
+            "off" => ProgressMode::Off,
+            other => return Err(invalid("ops.progress", other, "must be auto, log or off")),
+        };
+        Ok(OpsSettings {
+            listen,
+            stuck_after: Duration::from_secs(in_range(
+                "ops.stuck_after_s",
+                self.stuck_after_s,
+                5,
+                86_400,
+            )?),
+            progress,
+            progress_interval: Duration::from_secs(in_range(
+                "ops.progress_interval_s",
+                self.progress_interval_s,
+                1,
+                3_600,
+            )?),
+            lag_interval: Duration::from_millis(match self.lag_interval_ms {
+                0 => 0,
+                v => in_range("ops.lag_interval_ms", v, 100, 600_000)?,
+            }),
+        })
     }
 }
 
@@ -880,5 +987,23 @@ mod tests {
         );
         let e = load(&text, &[]).unwrap_err();
         assert!(e.to_string().contains("route[0].key_mode"), "{e}");
+    }
+
+    #[test]
+    fn the_ops_endpoints_are_off_unless_an_address_is_given() {
+        let s = load(MINIMAL, &[]).unwrap();
+        assert_eq!(s.ops.listen, None);
+        assert_eq!(s.ops.progress, ProgressMode::Auto);
+        assert_eq!(s.ops.stuck_after, Duration::from_secs(300));
+        let s = load(MINIMAL, &[("INGEST__OPS__LISTEN", "0.0.0.0:9100")]).unwrap();
+        assert_eq!(s.ops.listen, Some("0.0.0.0:9100".parse().unwrap()));
+        let e = load(MINIMAL, &[("INGEST__OPS__LISTEN", "localhost")]).unwrap_err();
+        assert!(e.to_string().contains("ops.listen"), "{e}");
+        let e = load(MINIMAL, &[("INGEST__OPS__PROGRESS", "bar")]).unwrap_err();
+        assert!(e.to_string().contains("must be auto, log or off"), "{e}");
+        let e = load(MINIMAL, &[("INGEST__OPS__STUCK_AFTER_S", "1")]).unwrap_err();
+        assert!(e.to_string().contains("ops.stuck_after_s"), "{e}");
+        let s = load(MINIMAL, &[("INGEST__OPS__LAG_INTERVAL_MS", "0")]).unwrap();
+        assert!(s.ops.lag_interval.is_zero());
     }
 }

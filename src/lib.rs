@@ -21,6 +21,8 @@
 //! - [`dlq`]: the dead-letter topic for records that can never be written.
 //! - [`worker`]: the wiring of all of the above.
 //! - [`telemetry`]: logs and counters.
+//! - [`ops`]: what operators see: `/metrics` (Prometheus), `/healthz`,
+//!   `/readyz`, consumer lag, and the progress bar / ETA of a batch run.
 //! - [`proxy`]: `ingest throttle-proxy`, a DynamoDB proxy that enforces
 //!   provisioned write capacity as DynamoDB does (the emulators do not).
 //! - [`sim`]: `ingest sim`, the fleet simulator in virtual time that scores
@@ -36,6 +38,7 @@ pub mod decode;
 pub mod devbroker;
 pub mod dlq;
 pub mod offsets;
+pub mod ops;
 pub mod pace;
 pub mod proxy;
 pub mod sim;

@@ -30,6 +30,7 @@ use tracing::{debug, info, warn};
 use crate::acks::{Acks, RecordRef};
 use crate::config::KafkaSettings;
 use crate::offsets::{OffsetTracker, TopicPartition};
+use crate::ops::live::Live;
 use crate::telemetry::Counters;
 
 /// A consumed record and where to ack it.
@@ -81,6 +82,10 @@ pub struct SourceOptions {
     pub topics: Vec<String>,
     pub until_caught_up: bool,
     pub drain_timeout: Duration,
+    /// Where positions and lag are published for the operator endpoints.
+    pub live: Arc<Live>,
+    /// librdkafka's statistics interval, for consumer lag (None: no stats).
+    pub stats_interval: Option<Duration>,
 }
 
 /// Builds the consumer configuration: ours first, then the pass-through
@@ -117,9 +122,24 @@ struct Ctx {
     /// Each source topic's partition count (from the metadata at start).
     partitions: Mutex<HashMap<String, usize>>,
     assignment: tokio::sync::watch::Sender<Assignment>,
+    live: Arc<Live>,
 }
 
-impl ClientContext for Ctx {}
+impl ClientContext for Ctx {
+    /// Consumer lag of each held partition (librdkafka: end offset minus the
+    /// committed offset), for the metrics endpoint.
+    fn stats(&self, stats: rdkafka::Statistics) {
+        let mut lag = std::collections::BTreeMap::new();
+        for (name, topic) in &stats.topics {
+            for p in topic.partitions.values() {
+                if p.partition >= 0 && p.desired && p.consumer_lag >= 0 {
+                    lag.insert((name.clone(), p.partition), p.consumer_lag);
+                }
+            }
+        }
+        self.live.set_lag(lag);
+    }
+}
 
 impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -188,6 +208,7 @@ impl Ctx {
             for (t, p) in &tps {
                 tracker.revoke(t, *p);
                 targets.remove(&(t.clone(), *p));
+                self.live.forget(&(t.clone(), *p));
             }
         }
         self.publish_assignment();
@@ -240,8 +261,15 @@ pub fn run(
         counters: counters.clone(),
         partitions: Mutex::new(HashMap::new()),
         assignment,
+        live: opts.live.clone(),
     };
-    let consumer: BaseConsumer<Ctx> = consumer_config(&opts.kafka).create_with_context(ctx)?;
+    let mut config = consumer_config(&opts.kafka);
+    if let Some(every) = opts.stats_interval {
+        if !opts.kafka.properties.contains_key("statistics.interval.ms") {
+            config.set("statistics.interval.ms", every.as_millis().to_string());
+        }
+    }
+    let consumer: BaseConsumer<Ctx> = config.create_with_context(ctx)?;
     *consumer.context().partitions.lock().unwrap() = check_topics(&consumer, &opts)?;
     let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
@@ -449,6 +477,7 @@ impl Poller {
             }
             tracker.set_committed_from_broker(&t, p, start);
             debug!(topic = %t, partition = p, start, end = high, "partition position");
+            self.ctx().live.set_position((t.clone(), p), start, high);
             self.ctx().targets.lock().unwrap().insert((t, p), high);
         }
     }

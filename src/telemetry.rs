@@ -3,11 +3,41 @@
 //! Logs are structured (`tracing`), human or JSON by config, one line per
 //! batch summary (debug) or commit (info), never one per record. The counters
 //! are plain atomics shared by the pipeline stages; the final summary and the
-//! periodic commit lines read them. Deliberately not here: an HTTP exporter.
+//! periodic commit lines read them, and so does the Prometheus endpoint
+//! (`ops`), at scrape time. While a progress bar is drawn on the terminal,
+//! log lines are written around it (the bar is hidden for the write).
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use crate::config::{LogFormat, LogSettings};
+
+/// The progress bar on stderr, if one is drawn.
+static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+
+/// Sets (or clears) the progress bar log lines must be written around.
+pub fn set_bar(bar: Option<indicatif::ProgressBar>) {
+    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = bar;
+}
+
+/// Stderr, hiding the progress bar (if any) during each write.
+struct AroundBar;
+
+impl Write for AroundBar {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match bar {
+            Some(b) => b.suspend(|| std::io::stderr().write_all(buf).map(|()| buf.len())),
+            None => std::io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
 
 /// Installs the global subscriber (stderr). `RUST_LOG`, when set, wins over
 /// the configured level.
@@ -17,7 +47,7 @@ pub fn init_logs(settings: &LogSettings) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(|| AroundBar);
     let _ = match settings.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Human => builder.try_init(),
@@ -38,6 +68,8 @@ pub struct Counters {
     pub dead_lettered: AtomicU64,
     pub superseded: AtomicU64,
     pub commits: AtomicU64,
+    /// Dead-lettered records per reason (a bounded set of static labels).
+    dead_letter_reasons: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// A copy of the counters at one moment.
@@ -59,6 +91,25 @@ pub struct Snapshot {
 impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// Counts one dead-lettered record.
+    pub fn dead_letter(&self, reason: &'static str) {
+        Self::add(&self.dead_lettered, 1);
+        *self
+            .dead_letter_reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Dead-lettered records per reason.
+    pub fn dead_letters_by_reason(&self) -> BTreeMap<&'static str, u64> {
+        self.dead_letter_reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn snapshot(&self) -> Snapshot {

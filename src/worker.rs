@@ -7,7 +7,7 @@
 //! dead-letter topic. Every outcome is acked to the shared offset tracker,
 //! which the source commits from.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,6 +21,9 @@ use crate::acks::Acks;
 use crate::config::{check_kafka_key_schema, Route, Settings};
 use crate::decode::{decode, Coordinates, KeyMode, KeySchema};
 use crate::dlq::DeadLetters;
+use crate::ops;
+use crate::ops::live::{Live, TableView};
+use crate::ops::prom::Exporter;
 use crate::sink::batch::{Batch, Entry};
 use crate::sink::control::{Control, ControlReport};
 use crate::sink::dynamodb::Dynamo;
@@ -55,6 +58,8 @@ pub enum WorkerError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Write(#[from] FatalWrite),
+    #[error(transparent)]
+    Listen(#[from] ops::http::ListenError),
     #[error("internal task failed: {0}")]
     Task(String),
 }
@@ -113,31 +118,77 @@ struct Resolved {
     key_mode: KeyMode,
 }
 
+/// How a run ended, with its final counters.
+#[derive(Debug)]
+pub struct Outcome {
+    pub exit: RunExit,
+    pub totals: Snapshot,
+    pub dead_letters: BTreeMap<&'static str, u64>,
+    pub tables: Vec<TableReport>,
+}
+
 /// Runs the worker until `shutdown` fires, it is caught up (if asked), or a
 /// fatal error. Returns how it ended and the final counters.
 pub async fn run(
     settings: Settings,
     until_caught_up: bool,
     shutdown: CancellationToken,
-) -> Result<(RunExit, Snapshot, Vec<TableReport>), WorkerError> {
+) -> Result<Outcome, WorkerError> {
+    let listener = match settings.ops.listen {
+        Some(addr) => Some(ops::http::bind(addr).await?),
+        None => None,
+    };
+    let exporter = listener.as_ref().map(|_| Arc::new(Exporter::new()));
     let dynamo = Dynamo::connect(&settings.dynamodb, settings.throttle.sdk_retry_mode).await;
     let seed = process_seed();
-    let routes = resolve_routes(&dynamo, &settings, seed).await?;
+    let routes = resolve_routes(&dynamo, &settings, seed, exporter.as_deref()).await?;
     let tables = distinct_tables(&routes);
-    let mut pollers = poll_capacity(&dynamo, &tables, settings.throttle.capacity_poll);
     let dlq = DeadLetters::new(&settings.kafka).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
     let counters = Arc::new(Counters::default());
+    let live = Arc::new(Live::new(
+        acks.clone(),
+        counters.clone(),
+        tables
+            .iter()
+            .map(|t| TableView {
+                name: t.name.clone(),
+                control: t.control.clone(),
+            })
+            .collect(),
+        settings.ops.stuck_after,
+    ));
+    let mut pollers = poll_capacity(&dynamo, &tables, settings.throttle.capacity_poll, &live);
     let (tx, rx) = mpsc::channel(settings.pipeline.max_buffered_records);
 
     let stop = CancellationToken::new();
     let abort = CancellationToken::new();
+    let ops_stop = CancellationToken::new();
     let opts = SourceOptions {
         kafka: settings.kafka.clone(),
         topics: settings.routes.iter().map(|r| r.topic.clone()).collect(),
         until_caught_up,
         drain_timeout: settings.pipeline.drain_timeout,
+        live: live.clone(),
+        stats_interval: (listener.is_some() && !settings.ops.lag_interval.is_zero())
+            .then_some(settings.ops.lag_interval),
     };
+    if let (Some(listener), Some(exporter)) = (listener, exporter) {
+        pollers.spawn(ops::http::serve(
+            listener,
+            live.clone(),
+            exporter,
+            ops_stop.clone(),
+        ));
+    }
+    let progress = until_caught_up.then(|| {
+        tokio::spawn(ops::progress::report(
+            live.clone(),
+            settings.ops.progress,
+            settings.ops.progress_interval,
+            ops_stop.clone(),
+        ))
+    });
     let (assignment_tx, assignment_rx) = tokio::sync::watch::channel(Assignment::default());
     pollers.spawn(follow_assignment(assignment_rx, &routes));
     pollers.spawn(log_controls(tables.clone(), counters.clone()));
@@ -171,6 +222,10 @@ pub async fn run(
     }
     let sourced = source.await.map_err(|e| WorkerError::Task(e.to_string()))?;
     forward.abort();
+    ops_stop.cancel();
+    if let Some(p) = progress {
+        let _ = p.await;
+    }
     pollers.abort_all();
     piped?;
     let exit = sourced?;
@@ -181,7 +236,12 @@ pub async fn run(
             control: t.control.report(),
         })
         .collect();
-    Ok((exit, counters.snapshot(), reports))
+    Ok(Outcome {
+        exit,
+        totals: counters.snapshot(),
+        dead_letters: counters.dead_letters_by_reason(),
+        tables: reports,
+    })
 }
 
 /// The throttle control's final state for one table.
@@ -267,21 +327,41 @@ fn follow_assignment(
     }
 }
 
+/// How often DynamoDB's reachability is checked when capacity is not polled.
+const REACH_POLL: Duration = Duration::from_secs(5);
+
 /// Re-reads each table's provisioned capacity every `every` (auto scaling
-/// changes it); strategies that follow capacity see the change.
-fn poll_capacity(dynamo: &Dynamo, tables: &[Arc<Table>], every: Duration) -> JoinSet<()> {
+/// changes it); strategies that follow capacity see the change. Each answer
+/// (or failure) also tells `/readyz` whether DynamoDB is reachable; with
+/// `every` zero, the tables are described every 5 s for that alone.
+fn poll_capacity(
+    dynamo: &Dynamo,
+    tables: &[Arc<Table>],
+    every: Duration,
+    live: &Arc<Live>,
+) -> JoinSet<()> {
     let mut set = JoinSet::new();
-    if every.is_zero() {
-        return set;
-    }
+    let (period, follow) = if every.is_zero() {
+        (REACH_POLL, false)
+    } else {
+        (every, true)
+    };
     for t in tables {
-        let (dynamo, t) = (dynamo.clone(), t.clone());
+        let (dynamo, t, live) = (dynamo.clone(), t.clone(), live.clone());
         set.spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                tokio::time::sleep(period).await;
                 match dynamo.describe(&t.name).await {
-                    Ok((_, capacity)) => t.control.set_capacity(capacity),
-                    Err(e) => debug!(table = %t.name, error = %e, "capacity poll failed"),
+                    Ok((_, capacity)) => {
+                        live.dynamo_ok();
+                        if follow {
+                            t.control.set_capacity(capacity);
+                        }
+                    }
+                    Err(e) => {
+                        debug!(table = %t.name, error = %e, "DescribeTable failed");
+                        live.dynamo_err(format!("table {}: {e}", t.name));
+                    }
                 }
             }
         });
@@ -295,6 +375,7 @@ async fn resolve_routes(
     dynamo: &Dynamo,
     settings: &Settings,
     seed: u64,
+    exporter: Option<&Exporter>,
 ) -> Result<HashMap<String, Resolved>, WorkerError> {
     let mut tables: HashMap<String, Arc<Table>> = HashMap::new();
     let mut routes = HashMap::new();
@@ -328,7 +409,8 @@ async fn resolve_routes(
                 }
                 let th = &settings.throttle;
                 let strategy = th.strategy.build(seed ^ tables.len() as u64);
-                let control = Control::new(strategy, th.pacing_rate, th.pacing_burst);
+                let control = Control::new(strategy, th.pacing_rate, th.pacing_burst)
+                    .with_latency(exporter.map(|e| e.latency(table)));
                 control.set_capacity(capacity);
                 let t = Arc::new(Table {
                     name: table.as_str().into(),

@@ -66,7 +66,12 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
         true,
         CancellationToken::new(),
     );
-    let (exit, totals, tables) = tokio::time::timeout(Duration::from_secs(60), run)
+    let ingest::worker::Outcome {
+        exit,
+        totals,
+        tables,
+        ..
+    } = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("finishes")
         .unwrap();
@@ -86,11 +91,11 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
         true,
         CancellationToken::new(),
     );
-    let (_, totals, _) = tokio::time::timeout(Duration::from_secs(60), run)
+    let outcome = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(totals.records_consumed, 0);
+    assert_eq!(outcome.totals.records_consumed, 0);
 
     stop.cancel();
     serving.await.unwrap();

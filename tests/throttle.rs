@@ -12,27 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-/// 20,000 records of mixed sizes: 1 WCU mostly, 2 WCU every 5th, 5 WCU every 20th.
-fn mixed_sizes(n: usize) -> (Vec<(String, Option<String>)>, u64) {
-    let mut wcu = 0;
-    let records = (0..n)
-        .map(|i| {
-            let id = format!("m{i:05}");
-            let (pad, cost) = if i % 20 == 0 {
-                (4_500, 5)
-            } else if i % 5 == 0 {
-                (1_500, 2)
-            } else {
-                (100, 1)
-            };
-            wcu += cost;
-            let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"}}"#, "x".repeat(pad));
-            (id, Some(v))
-        })
-        .collect();
-    (records, wcu)
-}
-
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
 }

@@ -386,22 +386,24 @@ async fn run(config: PathBuf, until_caught_up: bool) -> anyhow::Result<ExitCode>
     let shutdown = shutdown_on_signals();
     let started = Instant::now();
     match worker::run(settings, until_caught_up, shutdown).await {
-        Ok((exit, totals, tables)) => {
+        Ok(outcome) => {
             let elapsed = started.elapsed().as_secs_f64();
-            let label = match exit {
+            let label = match outcome.exit {
                 SourceExit::Stopped => "stopped",
                 SourceExit::CaughtUp => "caught_up",
                 SourceExit::DrainTimedOut => "drain_timed_out",
             };
+            let totals = outcome.totals;
             let mut summary = serde_json::to_value(totals)?;
             summary["exit"] = label.into();
-            summary["tables"] = serde_json::to_value(tables)?;
+            summary["dead_lettered_by_reason"] = serde_json::to_value(&outcome.dead_letters)?;
+            summary["tables"] = serde_json::to_value(&outcome.tables)?;
             summary["elapsed_s"] = serde_json::json!((elapsed * 1000.0).round() / 1000.0);
             summary["records_per_s"] =
                 serde_json::json!((totals.records_consumed as f64 / elapsed.max(1e-3)).round());
             tracing::info!(summary = %summary, "finished");
             println!("{summary}");
-            Ok(match exit {
+            Ok(match outcome.exit {
                 SourceExit::DrainTimedOut => ExitCode::from(EXIT_DRAIN_TIMEOUT),
                 _ => ExitCode::SUCCESS,
             })

@@ -5,6 +5,8 @@
 //! 1 - accepted rate / capacity).
 //!
 //! Writers ask it how long to wait and tell it what happened; they sleep.
+//! It also holds the table's own counters and its BatchWriteItem latency
+//! histogram, for the metrics endpoint.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::{Feedback, Metrics, Strategy};
 use crate::pace::Pacer;
+use crate::telemetry::Counters;
 
 /// Window of the accepted-rate estimate behind `remaining`.
 const REMAINING_WINDOW: Duration = Duration::from_secs(1);
@@ -33,6 +36,11 @@ pub struct Control {
     epoch: Instant,
     slept_ns: AtomicU64,
     max_sleep_ns: AtomicU64,
+    /// This table's share of the write-side counters (requests, throttles,
+    /// items, WCU); the process totals are counted as well.
+    pub counts: Counters,
+    /// BatchWriteItem latency, in seconds (when metrics are served).
+    latency: Option<prometheus::Histogram>,
 }
 
 /// The control loop's state, for logs and summaries.
@@ -62,6 +70,21 @@ impl Control {
             epoch: Instant::now(),
             slept_ns: AtomicU64::new(0),
             max_sleep_ns: AtomicU64::new(0),
+            counts: Counters::default(),
+            latency: None,
+        }
+    }
+
+    /// Records BatchWriteItem latencies into `h`.
+    pub fn with_latency(mut self, h: Option<prometheus::Histogram>) -> Self {
+        self.latency = h;
+        self
+    }
+
+    /// One BatchWriteItem call took `d`.
+    pub fn observe_latency(&self, d: Duration) {
+        if let Some(h) = &self.latency {
+            h.observe(d.as_secs_f64());
         }
     }
 

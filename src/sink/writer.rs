@@ -17,6 +17,7 @@
 //! Every written or dead-lettered record is acked to the offset tracker.
 
 use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use tracing::{debug, warn};
@@ -121,30 +122,33 @@ impl Writer {
                 first = false;
             }
             let items = remaining.iter().map(|s| s.item().clone()).collect();
-            Counters::add(&c.requests, 1);
-            let (throttled, accepted) = match self.dynamo.batch_write(table, items).await {
+            count(c, ctl, |c| &c.requests, 1);
+            let sent = std::time::Instant::now();
+            let answer = self.dynamo.batch_write(table, items).await;
+            ctl.observe_latency(sent.elapsed());
+            let (throttled, accepted) = match answer {
                 Ok(outcome) => {
                     let left = unprocessed_keys(&outcome.unprocessed, schema);
                     let (todo, done): (Vec<Slot>, Vec<Slot>) = remaining
                         .into_iter()
                         .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
                     let written: u32 = done.iter().map(Slot::wcu).sum();
-                    self.written(&done);
+                    self.written(&done, ctl);
                     remaining = todo;
                     if !remaining.is_empty() {
-                        Counters::add(&c.throttled_requests, 1);
-                        Counters::add(&c.unprocessed_items, remaining.len() as u64);
+                        count(c, ctl, |c| &c.throttled_requests, 1);
+                        count(c, ctl, |c| &c.unprocessed_items, remaining.len() as u64);
                     }
                     let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
                     (!remaining.is_empty(), accepted)
                 }
                 Err(WriteError::Throttled(m)) => {
-                    Counters::add(&c.throttled_requests, 1);
+                    count(c, ctl, |c| &c.throttled_requests, 1);
                     debug!(table, error = %m, "throttled");
                     (true, 0.0)
                 }
                 Err(WriteError::Retryable(m)) => {
-                    Counters::add(&c.retryable_errors, 1);
+                    count(c, ctl, |c| &c.retryable_errors, 1);
                     let d = transient.after_attempt(&Feedback {
                         throttled: true,
                         ..Feedback::default()
@@ -204,13 +208,13 @@ impl Writer {
     pub async fn dead_letter_record(
         &self,
         record: &crate::source::Record,
-        reason: &str,
+        reason: &'static str,
         detail: &str,
     ) {
         warn!(reason, detail, topic = %record.at.topic, partition = record.at.partition,
             offset = record.at.offset, "record dead-lettered");
         self.dlq.send(record, reason, detail).await;
-        Counters::add(&self.counters.dead_lettered, 1);
+        self.counters.dead_letter(reason);
         self.ack(record);
     }
 
@@ -229,12 +233,12 @@ impl Writer {
         live
     }
 
-    fn written(&self, slots: &[Slot]) {
+    fn written(&self, slots: &[Slot], ctl: &Control) {
         let c = &self.counters;
         for slot in slots {
-            Counters::add(&c.items_written, 1);
-            Counters::add(&c.wcu_written, slot.wcu() as u64);
-            Counters::add(&c.superseded, slot.entries.len() as u64 - 1);
+            count(c, ctl, |c| &c.items_written, 1);
+            count(c, ctl, |c| &c.wcu_written, u64::from(slot.wcu()));
+            count(c, ctl, |c| &c.superseded, slot.entries.len() as u64 - 1);
             for e in &slot.entries {
                 self.ack(&e.record);
             }
@@ -246,6 +250,12 @@ impl Writer {
             debug!(error = %e, "ack ignored (partition revoked meanwhile)");
         }
     }
+}
+
+/// Adds `n` to a counter of the process and of the table.
+fn count(process: &Counters, ctl: &Control, which: fn(&Counters) -> &AtomicU64, n: u64) {
+    Counters::add(which(process), n);
+    Counters::add(which(&ctl.counts), n);
 }
 
 /// Keys of the unprocessed items; `None` when one cannot be matched (then

@@ -207,6 +207,60 @@ pub async fn produce(topic: &str, records: Vec<(String, Option<String>)>) -> Vec
     out
 }
 
+/// `n` records of mixed sizes, keyed "m00000"...: 1 WCU mostly, 2 WCU every
+/// 5th, 5 WCU every 20th. Returns them with their total WCU.
+pub fn mixed_sizes(n: usize) -> (Vec<(String, Option<String>)>, u64) {
+    let mut wcu = 0;
+    let records = (0..n)
+        .map(|i| {
+            let id = format!("m{i:05}");
+            let (pad, cost) = if i % 20 == 0 {
+                (4_500, 5)
+            } else if i % 5 == 0 {
+                (1_500, 2)
+            } else {
+                (100, 1)
+            };
+            wcu += cost;
+            let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"}}"#, "x".repeat(pad));
+            (id, Some(v))
+        })
+        .collect();
+    (records, wcu)
+}
+
+/// One HTTP/1.1 GET; returns the status code and the body.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((status, body.to_string()))
+}
+
+/// The value of one sample (`name{labels}`, exactly as rendered) in a
+/// Prometheus text exposition.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// A record value with every JSON type, keyed by `id`.
 pub fn mixed_record(id: &str, n: u64) -> String {
     format!(
@@ -558,7 +612,12 @@ pub struct ThrottleProxy {
 impl ThrottleProxy {
     /// Starts the proxy with extra arguments (e.g. `--schedule`).
     pub fn start(args: &[&str]) -> ThrottleProxy {
-        let addr = format!("127.0.0.1:{}", free_port());
+        ThrottleProxy::start_on(&format!("127.0.0.1:{}", free_port()), args)
+    }
+
+    /// Starts the proxy on a given address.
+    pub fn start_on(addr: &str, args: &[&str]) -> ThrottleProxy {
+        let addr = addr.to_string();
         let child = Command::new(env!("CARGO_BIN_EXE_ingest"))
             .args(["throttle-proxy", "--listen", &addr, "--upstream", DYNAMODB])
             .args(args)

@@ -1,0 +1,285 @@
+//! The worker's live state, as operators see it: which partitions it holds,
+//! where each started and must end (`--until-caught-up`), consumer lag (from
+//! librdkafka's statistics), whether DynamoDB answers, and whether work is
+//! stuck. The source and the pollers write it; `/readyz`, `/metrics` and the
+//! progress report read it. The decisions are pure ([`Stall`], [`Readiness`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::acks::Acks;
+use crate::offsets::TopicPartition;
+use crate::sink::control::Control;
+use crate::telemetry::Counters;
+
+use super::progress::{backlog, Backlog, ProgressView};
+
+/// A table as the endpoints see it.
+#[derive(Debug, Clone)]
+pub struct TableView {
+    pub name: Arc<str>,
+    pub control: Arc<Control>,
+}
+
+/// Shared by the pipeline, the source thread and the endpoints.
+#[derive(Debug)]
+pub struct Live {
+    pub acks: Arc<Acks>,
+    pub counters: Arc<Counters>,
+    pub tables: Vec<TableView>,
+    /// Start (committed at assignment) and end offset of each partition.
+    positions: Mutex<BTreeMap<TopicPartition, (i64, i64)>>,
+    /// Consumer lag per assigned partition, as librdkafka last reported it.
+    lag: Mutex<BTreeMap<TopicPartition, i64>>,
+    reach: Mutex<Reach>,
+    stall: Mutex<Stall>,
+    stuck_after: Duration,
+    progress: Mutex<Option<ProgressView>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Live {
+    pub fn new(
+        acks: Arc<Acks>,
+        counters: Arc<Counters>,
+        tables: Vec<TableView>,
+        stuck_after: Duration,
+    ) -> Self {
+        let now = Instant::now();
+        Self {
+            acks,
+            counters,
+            tables,
+            positions: Mutex::default(),
+            lag: Mutex::default(),
+            reach: Mutex::new(Reach { ok: now, err: None }),
+            stall: Mutex::new(Stall::new(now)),
+            stuck_after,
+            progress: Mutex::default(),
+        }
+    }
+
+    /// A partition was assigned: it starts at `start` and (for the caught-up
+    /// test) ends at `end`.
+    pub fn set_position(&self, tp: TopicPartition, start: i64, end: i64) {
+        lock(&self.positions).insert(tp, (start, end));
+    }
+
+    /// A partition was revoked.
+    pub fn forget(&self, tp: &TopicPartition) {
+        lock(&self.positions).remove(tp);
+        lock(&self.lag).remove(tp);
+    }
+
+    /// Replaces the lag figures (librdkafka reports every assigned partition).
+    pub fn set_lag(&self, lag: BTreeMap<TopicPartition, i64>) {
+        *lock(&self.lag) = lag;
+    }
+
+    pub fn lag(&self) -> BTreeMap<TopicPartition, i64> {
+        lock(&self.lag).clone()
+    }
+
+    /// DynamoDB answered (a DescribeTable succeeded).
+    pub fn dynamo_ok(&self) {
+        lock(&self.reach).ok = Instant::now();
+    }
+
+    /// DynamoDB did not answer, or refused.
+    pub fn dynamo_err(&self, why: String) {
+        lock(&self.reach).err = Some((Instant::now(), why));
+    }
+
+    /// The backlog of the held partitions: from where each started to its end.
+    pub fn backlog(&self) -> Backlog {
+        let positions = lock(&self.positions).clone();
+        let tracker = self.acks.lock();
+        backlog(
+            positions
+                .iter()
+                .map(|((t, p), &(start, end))| (start, end, tracker.watermark(t, *p))),
+        )
+    }
+
+    pub fn set_progress(&self, view: ProgressView) {
+        *lock(&self.progress) = Some(view);
+    }
+
+    pub fn progress(&self) -> Option<ProgressView> {
+        *lock(&self.progress)
+    }
+
+    /// Records finished (written, merged into a later write of their key, or
+    /// dead-lettered).
+    pub fn finished(&self) -> u64 {
+        let s = self.counters.snapshot();
+        s.items_written + s.superseded + s.dead_lettered
+    }
+
+    /// Evaluates readiness now (and moves the stall detector along).
+    pub fn readiness(&self) -> Readiness {
+        let now = Instant::now();
+        let (assigned, waiting) = {
+            let t = self.acks.lock();
+            (t.assigned().len(), t.pending_total())
+        };
+        let stuck_for = lock(&self.stall).observe(self.finished(), waiting, now, self.stuck_after);
+        let dynamodb = lock(&self.reach).state();
+        Readiness {
+            assigned,
+            dynamodb,
+            stuck_for,
+        }
+    }
+}
+
+/// When DynamoDB last answered, and the last failure.
+#[derive(Debug)]
+struct Reach {
+    ok: Instant,
+    err: Option<(Instant, String)>,
+}
+
+impl Reach {
+    fn state(&self) -> Result<(), String> {
+        match &self.err {
+            Some((at, why)) if *at >= self.ok => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Detects a stall: records wait to be written and none was finished for a
+/// while. Pure: the caller passes the time and the counts.
+#[derive(Debug, Clone)]
+pub struct Stall {
+    done: u64,
+    since: Instant,
+}
+
+impl Stall {
+    pub fn new(now: Instant) -> Self {
+        Self {
+            done: 0,
+            since: now,
+        }
+    }
+
+    /// `done`: records finished so far; `waiting`: records in flight. Returns
+    /// how long the worker has been stuck, once that reaches `after`.
+    pub fn observe(
+        &mut self,
+        done: u64,
+        waiting: usize,
+        now: Instant,
+        after: Duration,
+    ) -> Option<Duration> {
+        if done != self.done || waiting == 0 {
+            self.done = done;
+            self.since = now;
+            return None;
+        }
+        let stuck = now.saturating_duration_since(self.since);
+        (stuck >= after).then_some(stuck)
+    }
+}
+
+/// The `/readyz` verdict and its reasons.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// Partitions held.
+    pub assigned: usize,
+    /// DynamoDB's last answer (Err: why it failed).
+    pub dynamodb: Result<(), String>,
+    /// Set when records have waited with nothing written for too long.
+    pub stuck_for: Option<Duration>,
+}
+
+impl Readiness {
+    pub fn ready(&self) -> bool {
+        self.assigned > 0 && self.dynamodb.is_ok() && self.stuck_for.is_none()
+    }
+
+    /// The body of `/readyz`: the verdict and each check.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "ready": self.ready(),
+            "assigned_partitions": self.assigned,
+            "dynamodb": match &self.dynamodb {
+                Ok(()) => "reachable".to_string(),
+                Err(why) => format!("unreachable: {why}"),
+            },
+            "stuck_for_s": self.stuck_for.map(|d| d.as_secs()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AFTER: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_stall_needs_waiting_records_and_no_progress_for_the_whole_period() {
+        let t0 = Instant::now();
+        let mut s = Stall::new(t0);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(s.observe(0, 5, at(30), AFTER), None);
+        assert_eq!(
+            s.observe(0, 5, at(61), AFTER),
+            Some(Duration::from_secs(61))
+        );
+        // Progress resets the clock.
+        assert_eq!(s.observe(3, 5, at(62), AFTER), None);
+        assert_eq!(s.observe(3, 5, at(100), AFTER), None);
+        assert!(s.observe(3, 5, at(122), AFTER).is_some());
+        // Nothing waiting: idle, not stuck, however long.
+        assert_eq!(s.observe(3, 0, at(500), AFTER), None);
+        assert_eq!(s.observe(3, 2, at(530), AFTER), None);
+    }
+
+    #[test]
+    fn readiness_needs_partitions_dynamodb_and_no_stall() {
+        let ok = Readiness {
+            assigned: 2,
+            dynamodb: Ok(()),
+            stuck_for: None,
+        };
+        assert!(ok.ready());
+        assert!(!Readiness {
+            assigned: 0,
+            ..ok.clone()
+        }
+        .ready());
+        let down = Readiness {
+            dynamodb: Err("connection refused".into()),
+            ..ok.clone()
+        };
+        assert!(!down.ready());
+        assert_eq!(
+            down.to_json()["dynamodb"],
+            "unreachable: connection refused"
+        );
+        assert!(!Readiness {
+            stuck_for: Some(AFTER),
+            ..ok
+        }
+        .ready());
+    }
+
+    #[test]
+    fn a_later_success_clears_a_failure() {
+        let t0 = Instant::now();
+        let mut r = Reach { ok: t0, err: None };
+        assert_eq!(r.state(), Ok(()));
+        r.err = Some((t0 + Duration::from_secs(1), "timeout".into()));
+        assert_eq!(r.state(), Err("timeout".into()));
+        r.ok = t0 + Duration::from_secs(2);
+        assert_eq!(r.state(), Ok(()));
+    }
+}

@@ -1,0 +1,282 @@
+//! Progress of a `--until-caught-up` run: how much of the backlog is done,
+//! the rate, and an ETA. Rate limiting makes the duration predictable: the
+//! ETA divides the records left by the slower of the observed rate and the
+//! paced rate (the tables' pacing rate in WCU/s over the WCU a record costs).
+//!
+//! On a terminal it draws a bar (indicatif); otherwise it logs a `progress`
+//! line every interval. The arithmetic ([`backlog`], [`RateMeter`], [`eta`])
+//! is pure; [`report`] is the loop that drives the output.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::live::Live;
+use crate::config::ProgressMode;
+
+/// Records to go through, and done, over the held partitions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub total: u64,
+    pub done: u64,
+}
+
+impl Backlog {
+    pub fn remaining(&self) -> u64 {
+        self.total.saturating_sub(self.done)
+    }
+}
+
+/// Sums `(start, end, position)` per partition; the position is the next
+/// offset to commit (None: nothing written yet). Offsets are record counts
+/// here (compacted or transactional topics make it an upper bound).
+pub fn backlog(parts: impl Iterator<Item = (i64, i64, Option<i64>)>) -> Backlog {
+    let mut b = Backlog::default();
+    for (start, end, at) in parts {
+        let span = (end - start).max(0);
+        let done = (at.unwrap_or(start) - start).clamp(0, span);
+        b.total += span as u64;
+        b.done += done as u64;
+    }
+    b
+}
+
+/// A smoothed rate (per second) from successive `(time, count)` samples.
+#[derive(Debug, Clone)]
+pub struct RateMeter {
+    last: Option<(Instant, u64)>,
+    rate: Option<f64>,
+    /// Smoothing time constant.
+    tau: Duration,
+}
+
+impl RateMeter {
+    pub fn new(tau: Duration) -> Self {
+        Self {
+            last: None,
+            rate: None,
+            tau,
+        }
+    }
+
+    /// Adds a sample; returns the smoothed rate once two samples are in.
+    pub fn observe(&mut self, now: Instant, count: u64) -> Option<f64> {
+        if let Some((t, c)) = self.last {
+            let dt = now.saturating_duration_since(t).as_secs_f64();
+            if dt <= 0.0 {
+                return self.rate;
+            }
+            let inst = count.saturating_sub(c) as f64 / dt;
+            let w = 1.0 - (-dt / self.tau.as_secs_f64()).exp();
+            self.rate = Some(match self.rate {
+                None => inst,
+                Some(r) => r + w * (inst - r),
+            });
+        }
+        self.last = Some((now, count));
+        self.rate
+    }
+}
+
+/// Records per second the pacing allows: WCU/s over WCU per record.
+pub fn paced_records(paced_wcu: Option<f64>, wcu_per_record: Option<f64>) -> Option<f64> {
+    match (paced_wcu, wcu_per_record) {
+        (Some(p), Some(w)) if p > 0.0 && w > 0.0 => Some(p / w),
+        _ => None,
+    }
+}
+
+/// Time to write `remaining` records at the slower of the observed and the
+/// paced rate (whichever is known). None when neither is, or nothing moves.
+pub fn eta(remaining: u64, observed: Option<f64>, paced: Option<f64>) -> Option<Duration> {
+    if remaining == 0 {
+        return Some(Duration::ZERO);
+    }
+    let rate = match (observed, paced) {
+        (Some(o), Some(p)) => o.min(p),
+        (Some(r), None) | (None, Some(r)) => r,
+        (None, None) => return None,
+    };
+    (rate > 1e-9).then(|| Duration::from_secs_f64((remaining as f64 / rate).min(365.0 * 86_400.0)))
+}
+
+/// One progress reading, for the log line and the metrics endpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProgressView {
+    pub backlog: Backlog,
+    pub records_per_s: Option<f64>,
+    pub paced_records_per_s: Option<f64>,
+    pub eta: Option<Duration>,
+}
+
+fn reading(live: &Live, meter: &mut RateMeter) -> ProgressView {
+    let b = live.backlog();
+    let s = live.counters.snapshot();
+    let observed = meter.observe(Instant::now(), b.done);
+    let paced_wcu = live
+        .tables
+        .iter()
+        .filter_map(|t| t.control.report().pacing_rate)
+        .reduce(f64::min);
+    let records = s.items_written + s.superseded;
+    let wcu_per_record = (records > 0).then(|| s.wcu_written as f64 / records as f64);
+    let paced = paced_records(paced_wcu, wcu_per_record);
+    ProgressView {
+        backlog: b,
+        records_per_s: observed,
+        paced_records_per_s: paced,
+        eta: eta(b.remaining(), observed, paced),
+    }
+}
+
+/// "1h 02m", "3m 05s", "42s".
+pub fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn message(v: &ProgressView) -> String {
+    let rate = v
+        .records_per_s
+        .map_or("–".into(), |r| format!("{r:.0} rec/s"));
+    let paced = v
+        .paced_records_per_s
+        .map_or(String::new(), |r| format!(" (paced {r:.0} rec/s)"));
+    let eta = v.eta.map_or("–".into(), fmt_duration);
+    format!("{rate}{paced} · ETA {eta}")
+}
+
+/// Reports progress until `stop`: a bar on a terminal (mode `auto`), log
+/// lines every `interval` otherwise. Every reading is also kept in `live`
+/// (for the metrics endpoint).
+pub async fn report(
+    live: Arc<Live>,
+    mode: ProgressMode,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    if mode == ProgressMode::Off {
+        return;
+    }
+    let draw = ProgressDrawTarget::stderr();
+    let bar = (mode == ProgressMode::Auto && !draw.is_hidden()).then(|| {
+        let bar = ProgressBar::with_draw_target(Some(0), draw);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} [{bar:30}] {human_pos}/{human_len} records · {msg}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        crate::telemetry::set_bar(Some(bar.clone()));
+        bar
+    });
+    let mut meter = RateMeter::new(Duration::from_secs(10));
+    let mut next_log = Instant::now() + interval;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let v = reading(&live, &mut meter);
+        live.set_progress(v);
+        match &bar {
+            Some(bar) => {
+                bar.set_length(v.backlog.total);
+                bar.set_position(v.backlog.done);
+                bar.set_message(message(&v));
+            }
+            None if Instant::now() >= next_log => {
+                next_log += interval;
+                info!(
+                    done = v.backlog.done,
+                    total = v.backlog.total,
+                    remaining = v.backlog.remaining(),
+                    records_per_s = v.records_per_s.map(|r| r.round()),
+                    paced_records_per_s = v.paced_records_per_s.map(|r| r.round()),
+                    eta_s = v.eta.map(|d| d.as_secs()),
+                    "progress"
+                );
+            }
+            None => {}
+        }
+    }
+    if let Some(bar) = bar {
+        let v = reading(&live, &mut meter);
+        bar.set_length(v.backlog.total);
+        bar.set_position(v.backlog.done);
+        bar.finish_with_message("done");
+        crate::telemetry::set_bar(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backlog_sums_partitions_and_clamps() {
+        let b = backlog(
+            [
+                (0, 100, Some(40)), // 40 of 100
+                (10, 20, None),     // nothing yet
+                (5, 5, Some(5)),    // empty partition
+                (0, 10, Some(12)),  // past the end seen at assignment
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            b,
+            Backlog {
+                total: 120,
+                done: 50
+            }
+        );
+        assert_eq!(b.remaining(), 70);
+    }
+
+    #[test]
+    fn the_rate_meter_smooths_towards_the_instant_rate() {
+        let t0 = Instant::now();
+        let mut m = RateMeter::new(Duration::from_secs(10));
+        assert_eq!(m.observe(t0, 0), None);
+        let r1 = m.observe(t0 + Duration::from_secs(1), 100).unwrap();
+        assert!((r1 - 100.0).abs() < 1e-9, "first rate is the instant one");
+        let mut r = r1;
+        for s in 2..=60 {
+            r = m
+                .observe(t0 + Duration::from_secs(s), 100 + 200 * (s - 1))
+                .unwrap();
+        }
+        assert!((r - 200.0).abs() < 1.0, "converges to 200/s, got {r}");
+    }
+
+    #[test]
+    fn the_eta_takes_the_slower_of_observed_and_paced() {
+        // 1000 records, 2 WCU each, paced at 100 WCU/s: 50 rec/s, 20 s.
+        let paced = paced_records(Some(100.0), Some(2.0));
+        assert_eq!(paced, Some(50.0));
+        assert_eq!(eta(1000, Some(80.0), paced), Some(Duration::from_secs(20)));
+        assert_eq!(eta(1000, Some(25.0), paced), Some(Duration::from_secs(40)));
+        assert_eq!(eta(1000, None, paced), Some(Duration::from_secs(20)));
+        assert_eq!(eta(1000, None, None), None);
+        assert_eq!(eta(1000, Some(0.0), None), None);
+        assert_eq!(eta(0, None, None), Some(Duration::ZERO));
+        assert_eq!(paced_records(None, Some(1.0)), None);
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(fmt_duration(Duration::from_secs(42)), "42s");
+        assert_eq!(fmt_duration(Duration::from_secs(185)), "3m 05s");
+        assert_eq!(fmt_duration(Duration::from_secs(3720)), "1h 02m");
+    }
+}
