@@ -16,7 +16,7 @@ export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
 .SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-metrics
 
 build:
 	$(CARGO) build
@@ -56,6 +56,11 @@ tansu:
 # (about 25 minutes); reports in target/bench/throttle.{md,json}.
 bench-throttle: build stack tansu
 	$(CARGO) bench --profile dev --bench throttle
+
+# Records/s with the metrics endpoint off and on, alternately (a few
+# minutes); reports in target/bench/metrics.{md,json}.
+bench-metrics: build stack tansu
+	$(CARGO) bench --profile dev --bench metrics
 
 stop:
 	bash localstack/stop.sh

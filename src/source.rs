@@ -208,7 +208,10 @@ impl Ctx {
             for (t, p) in &tps {
                 tracker.revoke(t, *p);
                 targets.remove(&(t.clone(), *p));
-                self.live.forget(&(t.clone(), *p));
+                // At the final unsubscribe the run's progress keeps them.
+                if !self.closing.load(SeqCst) {
+                    self.live.forget(&(t.clone(), *p));
+                }
             }
         }
         self.publish_assignment();

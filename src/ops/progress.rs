@@ -132,9 +132,9 @@ fn reading(live: &Live, meter: &mut RateMeter) -> ProgressView {
     }
 }
 
-/// "1h 02m", "3m 05s", "42s".
+/// "1h 02m", "3m 05s", "42s" (whole seconds, rounded up).
 pub fn fmt_duration(d: Duration) -> String {
-    let s = d.as_secs();
+    let s = d.as_secs_f64().ceil() as u64;
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m {:02}s", s / 60, s % 60),
@@ -143,6 +143,9 @@ pub fn fmt_duration(d: Duration) -> String {
 }
 
 fn message(v: &ProgressView) -> String {
+    if v.backlog.total == 0 {
+        return "waiting for partitions".into();
+    }
     let rate = v
         .records_per_s
         .map_or("–".into(), |r| format!("{r:.0} rec/s"));
@@ -276,6 +279,7 @@ mod tests {
     #[test]
     fn durations_read_well() {
         assert_eq!(fmt_duration(Duration::from_secs(42)), "42s");
+        assert_eq!(fmt_duration(Duration::from_millis(400)), "1s");
         assert_eq!(fmt_duration(Duration::from_secs(185)), "3m 05s");
         assert_eq!(fmt_duration(Duration::from_secs(3720)), "1h 02m");
     }
