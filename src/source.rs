@@ -206,12 +206,13 @@ impl Ctx {
             let mut tracker = self.acks.lock();
             let mut targets = self.targets.lock().unwrap();
             for (t, p) in &tps {
+                // At the final unsubscribe the run's progress keeps them.
+                match tracker.watermark(t, *p) {
+                    Some(at) if self.closing.load(SeqCst) => self.live.left((t.clone(), *p), at),
+                    _ => self.live.forget(&(t.clone(), *p)),
+                }
                 tracker.revoke(t, *p);
                 targets.remove(&(t.clone(), *p));
-                // At the final unsubscribe the run's progress keeps them.
-                if !self.closing.load(SeqCst) {
-                    self.live.forget(&(t.clone(), *p));
-                }
             }
         }
         self.publish_assignment();

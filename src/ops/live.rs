@@ -30,6 +30,8 @@ pub struct Live {
     pub tables: Vec<TableView>,
     /// Start (committed at assignment) and end offset of each partition.
     positions: Mutex<BTreeMap<TopicPartition, (i64, i64)>>,
+    /// Where revoked partitions were left (the tracker forgets them).
+    left_at: Mutex<BTreeMap<TopicPartition, i64>>,
     /// Consumer lag per assigned partition, as librdkafka last reported it.
     lag: Mutex<BTreeMap<TopicPartition, i64>>,
     reach: Mutex<Reach>,
@@ -55,6 +57,7 @@ impl Live {
             counters,
             tables,
             positions: Mutex::default(),
+            left_at: Mutex::default(),
             lag: Mutex::default(),
             reach: Mutex::new(Reach { ok: now, err: None }),
             stall: Mutex::new(Stall::new(now)),
@@ -72,7 +75,14 @@ impl Live {
     /// A partition was revoked.
     pub fn forget(&self, tp: &TopicPartition) {
         lock(&self.positions).remove(tp);
+        lock(&self.left_at).remove(tp);
         lock(&self.lag).remove(tp);
+    }
+
+    /// A partition is being given up at the end of the run, written up to
+    /// `at`: the run's progress keeps it.
+    pub fn left(&self, tp: TopicPartition, at: i64) {
+        lock(&self.left_at).insert(tp, at);
     }
 
     /// Replaces the lag figures (librdkafka reports every assigned partition).
@@ -97,12 +107,14 @@ impl Live {
     /// The backlog of the held partitions: from where each started to its end.
     pub fn backlog(&self) -> Backlog {
         let positions = lock(&self.positions).clone();
+        let left_at = lock(&self.left_at).clone();
         let tracker = self.acks.lock();
-        backlog(
-            positions
-                .iter()
-                .map(|((t, p), &(start, end))| (start, end, tracker.watermark(t, *p))),
-        )
+        backlog(positions.iter().map(|(tp, &(start, end))| {
+            let at = tracker
+                .watermark(&tp.0, tp.1)
+                .or_else(|| left_at.get(tp).copied());
+            (start, end, at)
+        }))
     }
 
     pub fn set_progress(&self, view: ProgressView) {

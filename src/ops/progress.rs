@@ -178,6 +178,7 @@ pub async fn report(
             .expect("valid template")
             .progress_chars("=> "),
         );
+        bar.set_message("waiting for partitions");
         crate::telemetry::set_bar(Some(bar.clone()));
         bar
     });
