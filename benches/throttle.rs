@@ -155,8 +155,8 @@ async fn run(
     });
     if schedule.is_some() {
         row["recovery"] = recovery(&st["timeline"]);
-        row["timeline"] = st["timeline"].clone();
     }
+    row["timeline"] = st["timeline"].clone();
     eprintln!("{}", summary_line(&row));
     row
 }

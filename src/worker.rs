@@ -330,8 +330,13 @@ fn follow_assignment(
 /// How often DynamoDB's reachability is checked when capacity is not polled.
 const REACH_POLL: Duration = Duration::from_secs(5);
 
+/// While writes are throttled, the capacity is re-read at most this often.
+const THROTTLE_POLL: Duration = Duration::from_secs(1);
+
 /// Re-reads each table's provisioned capacity every `every` (auto scaling
-/// changes it); strategies that follow capacity see the change. Each answer
+/// changes it), and early after a throttle (at most once a second), so a cut
+/// is known within about a second; strategies that follow capacity see the
+/// change. Each answer
 /// (or failure) also tells `/readyz` whether DynamoDB is reachable; with
 /// `every` zero, the tables are described every 5 s for that alone.
 fn poll_capacity(
@@ -349,8 +354,17 @@ fn poll_capacity(
     for t in tables {
         let (dynamo, t, live) = (dynamo.clone(), t.clone(), live.clone());
         set.spawn(async move {
+            let mut last = Instant::now();
             loop {
-                tokio::time::sleep(period).await;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(last + period) => {}
+                    // A throttle may mean the capacity was cut: look now (at
+                    // most once per THROTTLE_POLL), not at the next period.
+                    _ = t.control.throttled(), if follow => {
+                        tokio::time::sleep_until(last + THROTTLE_POLL).await;
+                    }
+                }
+                last = Instant::now();
                 match dynamo.describe(&t.name).await {
                     Ok((_, capacity)) => {
                         live.dynamo_ok();

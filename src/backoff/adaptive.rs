@@ -290,10 +290,20 @@ impl Adaptive {
         let e = c * share.min(1.0);
         match self.expected {
             None if self.w_max.is_none() => self.rate = e * self.cfg.target_fraction,
-            Some(prev) if (e - prev).abs() > prev * 0.01 => {
+            // More capacity (or a larger share): scale up, so a fleet at its
+            // shares moves to the new shares together.
+            Some(prev) if e > prev * 1.01 => {
                 let k = e / prev;
                 self.rate *= k;
                 self.w_max = self.w_max.map(|w| w * k);
+            }
+            // Less: only cap at the new share. Throttles have usually cut the
+            // rate to what the table accepts already; scaling that down again
+            // would land far below the new share.
+            Some(prev) if e < prev * 0.99 => {
+                let fair = e * self.cfg.target_fraction;
+                self.rate = self.rate.min(fair);
+                self.w_max = self.w_max.map(|w| w.min(fair));
             }
             _ => {}
         }
@@ -480,6 +490,30 @@ mod tests {
         assert!((a.rate().unwrap() - 98.0).abs() < 1e-9);
         a.after_attempt(&at(200, false, 25.0, Some(300.0)));
         assert!((a.rate().unwrap() - 294.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_capacity_cut_already_met_as_throttles_is_not_applied_twice() {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        // At 196 of 200 for 3 s...
+        for ms in (0..3000).step_by(100) {
+            a.after_attempt(&at(ms, false, 19.6, Some(200.0)));
+        }
+        // ...then the table drops to 100 before the capacity poll says so:
+        // throttles, with 100 units/s accepted.
+        for ms in (3000..=5000).step_by(100) {
+            a.after_attempt(&at(ms, true, 10.0, Some(200.0)));
+        }
+        let cut = a.rate().unwrap();
+        assert!((85.0..=95.0).contains(&cut), "cut to 0.9 x accepted, got {cut}");
+        // The poll reports 100: capped at 98, not halved again to 45.
+        a.after_attempt(&at(5100, false, 10.0, Some(100.0)));
+        assert!((a.rate().unwrap() - cut).abs() < 1.0, "{:?}", a.rate());
+        // And back at the new share within fast_recovery_s.
+        for ms in (5200..=11_000).step_by(100) {
+            a.after_attempt(&at(ms, false, 9.0, Some(100.0)));
+        }
+        assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub struct Control {
     pub counts: Counters,
     /// BatchWriteItem latency, in seconds (when metrics are served).
     latency: Option<prometheus::Histogram>,
+    /// Woken by a throttle: the capacity poller re-reads the capacity early
+    /// (auto scaling may have cut it).
+    throttled: tokio::sync::Notify,
 }
 
 /// The control loop's state, for logs and summaries.
@@ -72,7 +75,13 @@ impl Control {
             max_sleep_ns: AtomicU64::new(0),
             counts: Counters::default(),
             latency: None,
+            throttled: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Resolves after a throttle (at once if one came since the last call).
+    pub async fn throttled(&self) {
+        self.throttled.notified().await;
     }
 
     /// Records BatchWriteItem latencies into `h`.
@@ -140,6 +149,9 @@ impl Control {
             capacity,
             share,
         };
+        if throttled {
+            self.throttled.notify_one();
+        }
         let mut s = self.strategy.lock().unwrap();
         let delay = s.after_attempt(&fb);
         let rate = s.rate();
