@@ -112,7 +112,20 @@ async fn run(
     produce(&s.topic, batch).await;
 
     let started = Instant::now();
-    let running: Vec<Worker> = (0..workers).map(|_| s.spawn(true)).collect();
+    let ports: Vec<String> = (0..workers)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let running: Vec<Worker> = ports
+        .iter()
+        .map(|addr| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"));
+            cmd.args(["run", "--until-caught-up", "--config"])
+                .arg(&s.config)
+                .env("INGEST__OPS__LISTEN", addr);
+            Worker::start(cmd)
+        })
+        .collect();
+    let trace = sample_workers(ports, s.table.clone());
     let mut max_sleep: f64 = 0.0;
     let mut written = 0;
     for w in running {
@@ -125,6 +138,8 @@ async fn run(
         }
     }
     let wall = started.elapsed().as_secs_f64();
+    trace.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let worker_trace = trace.1.join().unwrap();
     let present = count(&dynamo().await, &s.table).await;
     assert_eq!(present, records, "{}: every record written", variant.label);
     let st = proxy.stats(&s.table);
@@ -157,8 +172,45 @@ async fn run(
         row["recovery"] = recovery(&st["timeline"]);
     }
     row["timeline"] = st["timeline"].clone();
+    row["worker_trace"] = worker_trace;
     eprintln!("{}", summary_line(&row));
     row
+}
+
+/// Samples each worker's `/metrics` every second until told to stop: per
+/// worker, `[t, pacing rate, share, capacity, throttled requests]` rows.
+fn sample_workers(
+    ports: Vec<String>,
+    table: String,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<Value>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = stop.clone();
+    let handle = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut rows: Vec<Vec<Value>> = vec![Vec::new(); ports.len()];
+        let label = format!("{{table=\"{table}\"}}");
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            for (i, addr) in ports.iter().enumerate() {
+                let Ok((200, text)) = http_get(addr, "/metrics") else {
+                    continue;
+                };
+                let get = |m: &str| sample(&text, &format!("{m}{label}"));
+                rows[i].push(json!([
+                    (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+                    get("ingest_pacing_rate_wcu"),
+                    get("ingest_capacity_share"),
+                    get("ingest_capacity_wcu"),
+                    get("ingest_throttled_requests_total"),
+                ]));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        json!(rows)
+    });
+    (stop, handle)
 }
 
 /// Seconds after each capacity step until the 3 s rolling accepted rate stays

@@ -67,12 +67,49 @@ pub enum SourceError {
     PipelineClosed,
 }
 
-/// The partitions this worker holds, and each topic's partition count: what
-/// the throttle control needs to know its share of a table.
+/// The partitions this worker holds, each topic's partition count, and the
+/// group's backlog per partition: what the throttle control needs to know its
+/// share of a table.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Assignment {
     pub assigned: Vec<TopicPartition>,
     pub partitions: HashMap<String, usize>,
+    /// Records left per partition of the subscribed topics, whoever holds it
+    /// (end offset minus the group's position; this worker's own position for
+    /// its partitions). Refreshed every few seconds; empty until then.
+    pub backlog: HashMap<TopicPartition, i64>,
+}
+
+/// How many records of backlog one partition weighs in [`Assignment::share`]
+/// even when it has none: without a backlog, the share is the share of
+/// partitions.
+const PARTITION_WEIGHT: f64 = 100.0;
+
+impl Assignment {
+    /// This worker's share of the work of `topics`: its backlog plus a base
+    /// weight per partition, over the group's. With a large backlog (a batch
+    /// job, a catch-up) it is the share of the records left, so a worker whose
+    /// peers are done takes the capacity they no longer use; with none it is
+    /// the share of partitions. None when the topics' partitions are unknown.
+    pub fn share(&self, topics: &[String]) -> Option<f64> {
+        let in_topics = |t: &str| topics.iter().any(|x| x == t);
+        let total_parts: usize = topics.iter().filter_map(|t| self.partitions.get(t)).sum();
+        if total_parts == 0 {
+            return None;
+        }
+        let mine: Vec<&TopicPartition> =
+            self.assigned.iter().filter(|(t, _)| in_topics(t)).collect();
+        let lag = |tp: &TopicPartition| self.backlog.get(tp).copied().unwrap_or(0).max(0) as f64;
+        let total_lag: f64 = self
+            .backlog
+            .iter()
+            .filter(|((t, _), _)| in_topics(t))
+            .map(|(tp, _)| lag(tp))
+            .sum();
+        let my_lag: f64 = mine.iter().map(|tp| lag(tp)).sum();
+        let w = PARTITION_WEIGHT;
+        Some((my_lag + w * mine.len() as f64) / (total_lag + w * total_parts as f64))
+    }
 }
 
 /// What the source needs to run.
@@ -220,9 +257,11 @@ impl Ctx {
     }
 
     fn publish_assignment(&self) {
+        let backlog = self.assignment.borrow().backlog.clone();
         let a = Assignment {
             assigned: self.acks.lock().assigned(),
             partitions: self.partitions.lock().unwrap().clone(),
+            backlog,
         };
         self.assignment.send_replace(a);
     }
@@ -283,6 +322,7 @@ pub fn run(
         tx,
         counters,
         next_commit: Instant::now(),
+        next_backlog: Instant::now(),
         abort,
     };
     let exit = poller.run_loop(&stop);
@@ -338,9 +378,13 @@ struct Poller {
     tx: mpsc::Sender<Record>,
     counters: Arc<Counters>,
     next_commit: Instant,
+    next_backlog: Instant,
     /// Set when the pipeline died: draining cannot make progress, skip it.
     abort: CancellationToken,
 }
+
+/// How often the group's backlog per partition is re-read.
+const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
 
 impl Poller {
     fn ctx(&self) -> &Ctx {
@@ -367,6 +411,10 @@ impl Poller {
             self.learn_positions();
             if Instant::now() >= self.next_commit {
                 self.commit_now(None);
+            }
+            if Instant::now() >= self.next_backlog {
+                self.next_backlog = Instant::now() + BACKLOG_REFRESH;
+                self.refresh_backlog();
             }
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
@@ -484,6 +532,52 @@ impl Poller {
             self.ctx().live.set_position((t.clone(), p), start, high);
             self.ctx().targets.lock().unwrap().insert((t, p), high);
         }
+    }
+
+    /// Reads the group's backlog on every partition of the subscribed topics
+    /// (committed offsets and end offsets; this worker's own position for the
+    /// partitions it holds) and publishes it with the assignment.
+    fn refresh_backlog(&self) {
+        let timeout = self.opts.kafka.metadata_timeout;
+        let parts: Vec<TopicPartition> = {
+            let counts = self.ctx().partitions.lock().unwrap();
+            self.opts
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p))
+                })
+                .collect()
+        };
+        if parts.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &parts {
+            tpl.add_partition(t, *p);
+        }
+        let committed = match self.consumer.committed_offsets(tpl, timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                debug!(error = %e, "cannot read the group's offsets for the backlog");
+                return;
+            }
+        };
+        let mut backlog = HashMap::new();
+        for (t, p) in parts {
+            let Ok((low, high)) = self.consumer.fetch_watermarks(&t, p, timeout) else {
+                debug!(topic = %t, partition = p, "cannot read watermarks for the backlog");
+                return;
+            };
+            let mine = self.ctx().acks.lock().watermark(&t, p);
+            let at = match (mine, committed.find_partition(&t, p).map(|e| e.offset())) {
+                (Some(w), _) => w,
+                (None, Some(Offset::Offset(o))) => o,
+                _ => low,
+            };
+            backlog.insert((t, p), (high - at).max(0));
+        }
+        self.ctx().assignment.send_modify(|a| a.backlog = backlog);
     }
 
     /// Every assigned partition written up to its end offset (not yet committed).
@@ -636,4 +730,56 @@ fn fmt_tps(tps: &[TopicPartition]) -> String {
         .map(|(t, p)| format!("{t}/{p}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assignment(mine: &[i32], backlog: &[i64]) -> Assignment {
+        Assignment {
+            assigned: mine.iter().map(|p| ("t".to_string(), *p)).collect(),
+            partitions: HashMap::from([("t".to_string(), backlog.len())]),
+            backlog: backlog
+                .iter()
+                .enumerate()
+                .map(|(p, n)| (("t".to_string(), p as i32), *n))
+                .collect(),
+        }
+    }
+
+    fn share(a: &Assignment) -> f64 {
+        a.share(&["t".to_string()]).unwrap()
+    }
+
+    #[test]
+    fn without_a_backlog_the_share_is_the_share_of_partitions() {
+        assert!((share(&assignment(&[0, 1], &[0; 6])) - 2.0 / 6.0).abs() < 1e-12);
+        let unknown = Assignment {
+            backlog: HashMap::new(),
+            ..assignment(&[0], &[0, 0, 0])
+        };
+        assert!((share(&unknown) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(assignment(&[], &[]).share(&["t".to_string()]), None);
+    }
+
+    #[test]
+    fn with_a_backlog_the_share_follows_the_records_left() {
+        // Even backlogs: the share of partitions.
+        let even = assignment(&[0, 1], &[5_000; 6]);
+        assert!((share(&even) - 2.0 / 6.0).abs() < 1e-12);
+        // Peers done, this worker's partitions still full: nearly all of it.
+        let last = assignment(&[0, 1], &[5_000, 5_000, 0, 0, 0, 0]);
+        assert!(share(&last) > 0.95, "{}", share(&last));
+        // This worker done, peers busy: little, never nothing.
+        let done = assignment(&[0, 1], &[0, 0, 5_000, 5_000, 5_000, 5_000]);
+        assert!(share(&done) > 0.0 && share(&done) < 0.02);
+        // Shares of all the group's workers add up to 1.
+        let b = [900, 100, 3_000, 0, 40, 7];
+        let sum: f64 = [&[0, 1][..], &[2, 3], &[4, 5]]
+            .iter()
+            .map(|m| share(&assignment(m, &b)))
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-12);
+    }
 }

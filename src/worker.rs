@@ -292,8 +292,9 @@ async fn log_controls(tables: Vec<Arc<Table>>, counters: Arc<Counters>) {
     }
 }
 
-/// Keeps each table's share current: the worker's share of the partitions of
-/// the topics routed to the table (the adaptive strategy starts there).
+/// Keeps each table's share current: the worker's share of the work on the
+/// topics routed to the table, by backlog and partitions (see
+/// [`Assignment::share`]; the adaptive strategy paces to it).
 fn follow_assignment(
     mut rx: tokio::sync::watch::Receiver<Assignment>,
     routes: &HashMap<String, Resolved>,
@@ -313,14 +314,8 @@ fn follow_assignment(
         while rx.changed().await.is_ok() {
             let a = rx.borrow_and_update().clone();
             for (t, topics) in &tables {
-                let total: usize = topics.iter().filter_map(|tp| a.partitions.get(tp)).sum();
-                let mine = a
-                    .assigned
-                    .iter()
-                    .filter(|(tp, _)| topics.contains(tp))
-                    .count();
-                if total > 0 {
-                    t.control.set_share(Some(mine as f64 / total as f64));
+                if let Some(share) = a.share(topics) {
+                    t.control.set_share(Some(share));
                 }
             }
         }

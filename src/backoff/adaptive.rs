@@ -505,7 +505,10 @@ mod tests {
             a.after_attempt(&at(ms, true, 10.0, Some(200.0)));
         }
         let cut = a.rate().unwrap();
-        assert!((85.0..=95.0).contains(&cut), "cut to 0.9 x accepted, got {cut}");
+        assert!(
+            (85.0..=95.0).contains(&cut),
+            "cut to 0.9 x accepted, got {cut}"
+        );
         // The poll reports 100: capped at 98, not halved again to 45.
         a.after_attempt(&at(5100, false, 10.0, Some(100.0)));
         assert!((a.rate().unwrap() - cut).abs() < 1.0, "{:?}", a.rate());
