@@ -5,7 +5,10 @@
 //! costs above it are taken in chunks, so a 200 WCU/s table sees many small
 //! releases rather than one burst per second. A governor quota cannot change,
 //! so a rate change swaps in a new limiter (only when the rate moved by more
-//! than 1%). One pacer is shared by every writer of a table in this process.
+//! than 1%). The new limiter inherits the old one's debt: it releases nothing
+//! before the old one would have been full again, so a rate change neither
+//! hands out a free burst nor forgives units already released, and frequent
+//! changes do not starve large costs. One pacer is shared by every writer of a table in this process.
 //! Waiting here never blocks the Kafka consumer: the source pauses partitions
 //! and keeps polling when the pipeline is full.
 //!
@@ -29,7 +32,13 @@ type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as C
 struct Current<C: Clock> {
     rate: f64,
     limiter: Arc<Limiter<C>>,
+    /// Nothing is released before this: the debt of the limiter this one
+    /// replaced (when it would have been full again).
+    hold_until: Option<C::Instant>,
 }
+
+use governor::clock::Reference;
+use governor::nanos::Nanos;
 
 /// A swappable rate limiter in capacity units per second; `None` = unpaced.
 #[derive(Debug)]
@@ -47,18 +56,15 @@ impl Pacer<DefaultClock> {
     }
 
     /// Waits until `units` may be spent, taking them in chunks of at most
-    /// `burst`; each chunk uses the limiter current at that moment.
+    /// `burst`. Each chunk is taken from the limiter current at that moment
+    /// (a wait re-checks after sleeping), so a swap during a wait applies.
     pub async fn acquire(&self, units: u32) {
         let mut left = units;
         while left > 0 {
-            let limiter = match self.current.read().unwrap().as_ref() {
-                Some(c) => c.limiter.clone(),
-                None => return,
-            };
-            let chunk = left.min(self.burst.get());
-            let n = NonZeroU32::new(chunk).expect("chunk > 0");
-            limiter.until_n_ready(n).await.expect("chunk <= burst");
-            left -= chunk;
+            match self.check(left) {
+                Ok(taken) => left -= taken,
+                Err(wait) => tokio::time::sleep(wait).await,
+            }
         }
     }
 }
@@ -82,15 +88,20 @@ impl<C: Clock + Clone> Pacer<C> {
         let Some(c) = guard.as_ref() else {
             return Ok(units);
         };
+        let now = self.clock.now();
+        if let Some(h) = c.hold_until {
+            let wait = Duration::from(h.duration_since(now));
+            if !wait.is_zero() {
+                return Err(wait);
+            }
+        }
         let chunk = units.min(self.burst.get());
         let Some(n) = NonZeroU32::new(chunk) else {
             return Ok(0);
         };
         match c.limiter.check_n(n).expect("chunk <= burst") {
             Ok(()) => Ok(chunk),
-            Err(not_until) => Err(not_until
-                .wait_time_from(self.clock.now())
-                .max(Duration::from_nanos(1))),
+            Err(not_until) => Err(not_until.wait_time_from(now).max(Duration::from_nanos(1))),
         }
     }
 
@@ -112,14 +123,29 @@ impl<C: Clock + Clone> Pacer<C> {
                     .expect("period > 0")
                     .allow_burst(self.burst);
                 let limiter = RateLimiter::direct_with_clock(quota, self.clock.clone());
-                // A new limiter starts empty, as if it had just released a
-                // burst: a rate change must not hand out a free burst.
-                if cur.is_some() {
-                    let _ = limiter.check_n(self.burst);
-                }
+                // The new limiter starts full, but releases nothing until the
+                // old one's debt is paid: the units it had released beyond
+                // being full, now at the new rate. So a rate change neither
+                // hands out a free burst nor forgives (or adds) units, and a
+                // cut applies to what was already released, and to the next
+                // unit at the latest.
+                let now = self.clock.now();
+                let hold_until = cur.as_ref().map(|old| {
+                    let full_again = match old.limiter.check_n(self.burst) {
+                        Ok(Err(not_until)) => not_until.earliest_possible(),
+                        _ => now,
+                    };
+                    let debt = full_again.max(old.hold_until.unwrap_or(now));
+                    let debt = Duration::from(debt.duration_since(now)).mul_f64(old.rate / r);
+                    // A cut means "slower from now on": not even one unit
+                    // before a period of the new rate.
+                    let floor = if r < old.rate { period } else { Duration::ZERO };
+                    now + Nanos::from(debt.max(floor))
+                });
                 *cur = Some(Current {
                     rate: r,
                     limiter: Arc::new(limiter),
+                    hold_until,
                 });
             }
         }
@@ -191,5 +217,58 @@ mod tests {
         clock.advance(wait);
         assert_eq!(p.check(7), Ok(5));
         assert_eq!(Pacer::with_clock(None, burst(5), clock).check(9), Ok(9));
+    }
+
+    /// Units released in `secs` of virtual time by a caller taking 35-unit
+    /// costs as fast as allowed, while the rate flips between `a` and `b`
+    /// every `every`.
+    fn released_with_flips(a: f64, b: f64, every: Duration, secs: u64) -> u64 {
+        use governor::clock::FakeRelativeClock;
+        let clock = FakeRelativeClock::default();
+        let p = Pacer::with_clock(Some(a), burst(25), clock.clone());
+        let (mut released, mut left, mut k) = (0u64, 35u32, 0u32);
+        let (mut t, mut next_flip) = (Duration::ZERO, every);
+        while t < Duration::from_secs(secs) {
+            match p.check(left) {
+                Ok(n) => {
+                    released += u64::from(n);
+                    left -= n;
+                    if left == 0 {
+                        left = 35;
+                    }
+                }
+                Err(w) => {
+                    let step = w
+                        .min(next_flip.saturating_sub(t))
+                        .max(Duration::from_micros(1));
+                    clock.advance(step);
+                    t += step;
+                }
+            }
+            if t >= next_flip {
+                k += 1;
+                p.set_rate(Some(if k % 2 == 0 { a } else { b }));
+                next_flip += every;
+            }
+        }
+        released
+    }
+
+    #[test]
+    fn rate_changes_neither_forgive_nor_starve() {
+        // Steady: 70/s for 20 s, plus the first burst.
+        let steady = released_with_flips(70.0, 70.0, Duration::from_millis(300), 20);
+        assert!((1_390..=1_430).contains(&steady), "{steady}");
+        // Flipping 70 <-> 72 every 300 ms (a swap each time): between the two
+        // rates, not above (a swap used to forgive part of the debt: 1.6x in
+        // real time) and not starved (a swap used to start from an empty
+        // limiter whose first burst never came).
+        for every in [100, 300, 1_000] {
+            let n = released_with_flips(70.0, 72.0, Duration::from_millis(every), 20);
+            assert!((1_330..=1_470).contains(&n), "flips every {every} ms: {n}");
+        }
+        // A big cut applies from the old limiter's debt on.
+        let cut = released_with_flips(200.0, 50.0, Duration::from_secs(5), 20);
+        assert!((2_450..=2_560).contains(&cut), "{cut}");
     }
 }
