@@ -75,8 +75,8 @@ pub struct Assignment {
     pub assigned: Vec<TopicPartition>,
     pub partitions: HashMap<String, usize>,
     /// Records left per partition of the subscribed topics, whoever holds it
-    /// (end offset minus the group's position; this worker's own position for
-    /// its partitions). Refreshed every few seconds; empty until then.
+    /// (end offset minus the group's committed position). Refreshed every few
+    /// seconds; empty until then.
     pub backlog: HashMap<TopicPartition, i64>,
 }
 
@@ -323,6 +323,8 @@ pub fn run(
         counters,
         next_commit: Instant::now(),
         next_backlog: Instant::now(),
+        group_targets: HashMap::new(),
+        group_positions: HashMap::new(),
         abort,
     };
     let exit = poller.run_loop(&stop);
@@ -379,12 +381,19 @@ struct Poller {
     counters: Arc<Counters>,
     next_commit: Instant,
     next_backlog: Instant,
+    /// `--until-caught-up`: each partition's end offset at the first look at
+    /// the group's backlog, and the group's position on it at the last look.
+    group_targets: HashMap<TopicPartition, i64>,
+    group_positions: HashMap<TopicPartition, i64>,
     /// Set when the pipeline died: draining cannot make progress, skip it.
     abort: CancellationToken,
 }
 
 /// How often the group's backlog per partition is re-read.
 const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
+
+/// How often, once this worker is done, it looks whether the group is.
+const GROUP_DONE_POLL: Duration = Duration::from_secs(1);
 
 impl Poller {
     fn ctx(&self) -> &Ctx {
@@ -419,8 +428,13 @@ impl Poller {
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
                 if self.committed_to_end() {
-                    info!("caught up: every assigned partition is committed up to its end offset");
-                    return Ok(SourceExit::CaughtUp);
+                    if self.group_caught_up() {
+                        info!("caught up: every assigned partition is committed up to its end offset, and the group's others too");
+                        return Ok(SourceExit::CaughtUp);
+                    }
+                    // Stay in the group (a leaving member stalls the busy
+                    // ones in a rebalance) until the others are done too.
+                    self.next_backlog = self.next_backlog.min(Instant::now() + GROUP_DONE_POLL);
                 }
             }
         }
@@ -493,12 +507,7 @@ impl Poller {
             return;
         }
         let timeout = self.opts.kafka.metadata_timeout;
-        let latest = self
-            .opts
-            .kafka
-            .properties
-            .get("auto.offset.reset")
-            .is_some_and(|v| v == "latest" || v == "largest" || v == "end");
+        let latest = self.starts_at_end();
         let mut tpl = TopicPartitionList::new();
         for (t, p) in &pending {
             tpl.add_partition(t, *p);
@@ -535,9 +544,9 @@ impl Poller {
     }
 
     /// Reads the group's backlog on every partition of the subscribed topics
-    /// (committed offsets and end offsets; this worker's own position for the
-    /// partitions it holds) and publishes it with the assignment.
-    fn refresh_backlog(&self) {
+    /// (committed offsets and end offsets) and publishes it with the
+    /// assignment; notes the group's positions for `group_caught_up`.
+    fn refresh_backlog(&mut self) {
         let timeout = self.opts.kafka.metadata_timeout;
         let parts: Vec<TopicPartition> = {
             let counts = self.ctx().partitions.lock().unwrap();
@@ -564,20 +573,53 @@ impl Poller {
             }
         };
         let mut backlog = HashMap::new();
+        let mut ends = HashMap::new();
+        let mut positions = HashMap::new();
         for (t, p) in parts {
             let Ok((low, high)) = self.consumer.fetch_watermarks(&t, p, timeout) else {
                 debug!(topic = %t, partition = p, "cannot read watermarks for the backlog");
                 return;
             };
-            let mine = self.ctx().acks.lock().watermark(&t, p);
-            let at = match (mine, committed.find_partition(&t, p).map(|e| e.offset())) {
-                (Some(w), _) => w,
-                (None, Some(Offset::Offset(o))) => o,
+            // Where the group starts on a partition it never committed: as
+            // `learn_positions` (the reset policy).
+            let group = match committed.find_partition(&t, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ if self.starts_at_end() => high,
                 _ => low,
             };
-            backlog.insert((t, p), (high - at).max(0));
+            // The group's committed position for every partition, this
+            // worker's too: every worker computes its share from the same
+            // kind of figures, so the shares add up to about 1.
+            backlog.insert((t.clone(), p), (high - group).max(0));
+            ends.insert((t.clone(), p), high);
+            positions.insert((t, p), group);
         }
+        if self.group_targets.is_empty() {
+            self.group_targets = ends;
+        }
+        self.group_positions = positions;
         self.ctx().assignment.send_modify(|a| a.backlog = backlog);
+    }
+
+    /// `auto.offset.reset` sends a partition with no committed offset to its end.
+    fn starts_at_end(&self) -> bool {
+        self.opts
+            .kafka
+            .properties
+            .get("auto.offset.reset")
+            .is_some_and(|v| v == "latest" || v == "largest" || v == "end")
+    }
+
+    /// The partitions this worker does not hold are committed by the group
+    /// up to the end offsets of the first look (as of the last look).
+    fn group_caught_up(&self) -> bool {
+        if self.group_targets.is_empty() {
+            return false;
+        }
+        let mine = self.ctx().acks.lock().assigned();
+        self.group_targets.iter().all(|(tp, end)| {
+            mine.contains(tp) || self.group_positions.get(tp).is_some_and(|at| at >= end)
+        })
     }
 
     /// Every assigned partition written up to its end offset (not yet committed).
