@@ -213,12 +213,8 @@ fn sample_workers(
     (stop, handle)
 }
 
-/// Seconds after each capacity step until the 5 s rolling accepted rate stays
-/// within 85-105% of the new capacity for the rest of that phase (the last
-/// phase ends 3 s before the last accepted write: the drain of the workload
-/// is not a capacity matter). 5 s, not less: at 100 WCU/s a batch of 25 mixed
-/// items (about 35 WCU) is a third of a second's capacity, so one batch more
-/// or less moves a 3 s window by 12%.
+/// Seconds after each capacity step until the 3 s rolling accepted rate stays
+/// within 85-105% of the new capacity for the rest of that phase.
 fn recovery(timeline: &Value) -> Value {
     let t: Vec<[f64; 4]> = serde_json::from_value(timeline.clone()).unwrap_or_default();
     let mut steps = Vec::new();
@@ -232,19 +228,18 @@ fn recovery(timeline: &Value) -> Value {
         let end = steps
             .get(k + 1)
             .copied()
-            .unwrap_or(t.len().saturating_sub(3));
+            .unwrap_or(t.len().saturating_sub(1));
         let cap = t[start][3];
         let ok = |i: usize| {
-            let lo = i.saturating_sub(4);
+            let lo = i.saturating_sub(2);
             let avg = t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64;
             (0.85 * cap..=1.05 * cap).contains(&avg)
         };
-        let settled = (start..end).find(|&i| (i..end).all(|j| j < start + 4 || ok(j)));
+        let settled = (start..end).find(|&i| (i..end).all(|j| j < start + 2 || ok(j)));
         out.push(json!({
             "at_s": start,
             "capacity": cap,
-            // The first whole window after the step ends at start + 4.
-            "recovered_after_s": settled.map(|i| (i.max(start + 4) - start) as f64),
+            "recovered_after_s": settled.map(|i| (i - start) as f64),
         }));
     }
     Value::Array(out)
@@ -295,8 +290,8 @@ fn markdown(rows: &[Value], steps: &[Value], records: usize) -> String {
         );
     }
     md += "\n## Capacity step: 200 -> 100 WCU/s at 20 s, -> 300 WCU/s at 40 s\n\n\
-           Recovery: seconds after the step until the 5 s rolling accepted rate stays within \
-           85-105% of the new capacity for the rest of the phase (the last phase ends 3 s before the last accepted write).\n\n\
+           Recovery: seconds after the step until the 3 s rolling accepted rate stays within \
+           85-105% of the new capacity for the rest of the phase.\n\n\
            | strategy | workers | throttled requests | utilization | recovery after halving | recovery after tripling |\n\
            |---|---|---|---|---|---|\n";
     for r in steps {
