@@ -325,6 +325,7 @@ pub fn run(
         next_backlog: Instant::now(),
         group_targets: HashMap::new(),
         group_positions: HashMap::new(),
+        done_at: None,
         abort,
     };
     let exit = poller.run_loop(&stop);
@@ -385,6 +386,9 @@ struct Poller {
     /// the group's backlog, and the group's position on it at the last look.
     group_targets: HashMap<TopicPartition, i64>,
     group_positions: HashMap<TopicPartition, i64>,
+    /// Since when this worker has been caught up and committed (waiting for
+    /// the group).
+    done_at: Option<Instant>,
     /// Set when the pipeline died: draining cannot make progress, skip it.
     abort: CancellationToken,
 }
@@ -394,6 +398,10 @@ const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
 
 /// How often, once this worker is done, it looks whether the group is.
 const GROUP_DONE_POLL: Duration = Duration::from_secs(1);
+
+/// Longest wait of each call that reads the group's backlog (a slow answer
+/// only skips one refresh).
+const BACKLOG_CALL_TIMEOUT: Duration = Duration::from_millis(1_000);
 
 impl Poller {
     fn ctx(&self) -> &Ctx {
@@ -428,14 +436,28 @@ impl Poller {
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
                 if self.committed_to_end() {
+                    let since = *self.done_at.get_or_insert_with(Instant::now);
                     if self.group_caught_up() {
                         info!("caught up: every assigned partition is committed up to its end offset, and the group's others too");
                         return Ok(SourceExit::CaughtUp);
                     }
+                    if since.elapsed() >= self.opts.drain_timeout {
+                        warn!(
+                            waited_s = since.elapsed().as_secs(),
+                            behind = %self.group_behind(),
+                            "caught up, but the group's other partitions are not committed to their end yet; leaving anyway"
+                        );
+                        return Ok(SourceExit::CaughtUp);
+                    }
                     // Stay in the group (a leaving member stalls the busy
-                    // ones in a rebalance) until the others are done too.
+                    // ones in a rebalance) until the others are done too, for
+                    // at most drain_timeout.
                     self.next_backlog = self.next_backlog.min(Instant::now() + GROUP_DONE_POLL);
+                } else {
+                    self.done_at = None;
                 }
+            } else {
+                self.done_at = None;
             }
         }
     }
@@ -547,7 +569,12 @@ impl Poller {
     /// (committed offsets and end offsets) and publishes it with the
     /// assignment; notes the group's positions for `group_caught_up`.
     fn refresh_backlog(&mut self) {
-        let timeout = self.opts.kafka.metadata_timeout;
+        // These calls block the poll loop: keep them short, and out of a
+        // rebalance (the group waits for this member to poll).
+        if self.ctx().rebalancing.load(SeqCst) {
+            return;
+        }
+        let timeout = self.opts.kafka.metadata_timeout.min(BACKLOG_CALL_TIMEOUT);
         let parts: Vec<TopicPartition> = {
             let counts = self.ctx().partitions.lock().unwrap();
             self.opts
@@ -599,6 +626,24 @@ impl Poller {
         }
         self.group_positions = positions;
         self.ctx().assignment.send_modify(|a| a.backlog = backlog);
+    }
+
+    /// The partitions `group_caught_up` waits for, as topic/partition=at/end.
+    fn group_behind(&self) -> String {
+        let mine = self.ctx().acks.lock().assigned();
+        let mut behind: Vec<String> = self
+            .group_targets
+            .iter()
+            .filter(|(tp, end)| {
+                !mine.contains(tp) && self.group_positions.get(*tp).is_none_or(|at| at < *end)
+            })
+            .map(|((t, p), end)| {
+                let at = self.group_positions.get(&(t.clone(), *p));
+                format!("{t}/{p}={}/{end}", at.map_or("?".into(), i64::to_string))
+            })
+            .collect();
+        behind.sort();
+        behind.join(",")
     }
 
     /// `auto.offset.reset` sends a partition with no committed offset to its end.

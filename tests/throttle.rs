@@ -33,10 +33,26 @@ async fn run_through_proxy(workers: usize) {
         .iter_mut()
         .any(|w| w.child.try_wait().unwrap().is_none())
     {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "run took over 10 minutes"
-        );
+        if started.elapsed() > Duration::from_secs(600) {
+            for w in &mut running {
+                let tail: Vec<String> = w
+                    .logs
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .rev()
+                    .take(15)
+                    .map(|v| v.to_string())
+                    .collect();
+                eprintln!(
+                    "worker {} (running: {:?}), last logs:\n{}",
+                    w.child.id(),
+                    w.child.try_wait().ok(),
+                    tail.join("\n")
+                );
+            }
+            panic!("run took over 10 minutes");
+        }
         tokio::time::sleep(Duration::from_secs(15)).await;
         // Committed offsets read first, table scanned after: a record below
         // a committed offset must already be there.
@@ -50,7 +66,13 @@ async fn run_through_proxy(workers: usize) {
 
     let mut sum = serde_json::Map::new();
     for w in running {
+        let logs = w.logs.clone();
         let (code, summary) = w.wait(Duration::from_secs(10));
+        for line in logs.lock().unwrap().iter() {
+            if line["level"] == "WARN" {
+                eprintln!("worker warning: {line}");
+            }
+        }
         let summary = summary.expect("summary");
         assert_eq!(code, Some(0), "{summary}");
         for k in [
