@@ -117,13 +117,7 @@ async fn run(
         .collect();
     let running: Vec<Worker> = ports
         .iter()
-        .map(|addr| {
-            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"));
-            cmd.args(["run", "--until-caught-up", "--config"])
-                .arg(&s.config)
-                .env("INGEST__OPS__LISTEN", addr);
-            Worker::start(cmd)
-        })
+        .map(|addr| s.spawn_with_env(true, &[("INGEST__OPS__LISTEN", addr)]))
         .collect();
     let trace = sample_workers(ports, s.table.clone());
     let mut max_sleep: f64 = 0.0;

@@ -21,8 +21,9 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
+use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
@@ -36,9 +37,6 @@ struct Current<C: Clock> {
     /// replaced (when it would have been full again).
     hold_until: Option<C::Instant>,
 }
-
-use governor::clock::Reference;
-use governor::nanos::Nanos;
 
 /// A swappable rate limiter in capacity units per second; `None` = unpaced.
 #[derive(Debug)]

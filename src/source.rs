@@ -529,12 +529,7 @@ impl Poller {
             return;
         }
         let timeout = self.opts.kafka.metadata_timeout;
-        let latest = self.starts_at_end();
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &pending {
-            tpl.add_partition(t, *p);
-        }
-        let committed = match self.consumer.committed_offsets(tpl, timeout) {
+        let committed = match self.group_offsets(&pending, timeout) {
             Ok(c) => c,
             Err(e) => {
                 warn!(error = %e, "cannot read committed offsets; will retry");
@@ -549,11 +544,7 @@ impl Poller {
                 self.ctx().to_learn.lock().unwrap().push((t, p));
                 continue;
             };
-            let start = match committed.find_partition(&t, p).map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => o,
-                _ if latest => high,
-                _ => low,
-            };
+            let start = self.group_start(&committed, &t, p, (low, high));
             let mut tracker = self.ctx().acks.lock();
             if tracker.epoch(&t, p).is_none() {
                 continue;
@@ -588,11 +579,7 @@ impl Poller {
         if parts.is_empty() {
             return;
         }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &parts {
-            tpl.add_partition(t, *p);
-        }
-        let committed = match self.consumer.committed_offsets(tpl, timeout) {
+        let committed = match self.group_offsets(&parts, timeout) {
             Ok(c) => c,
             Err(e) => {
                 debug!(error = %e, "cannot read the group's offsets for the backlog");
@@ -607,13 +594,7 @@ impl Poller {
                 debug!(topic = %t, partition = p, "cannot read watermarks for the backlog");
                 return;
             };
-            // Where the group starts on a partition it never committed: as
-            // `learn_positions` (the reset policy).
-            let group = match committed.find_partition(&t, p).map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => o,
-                _ if self.starts_at_end() => high,
-                _ => low,
-            };
+            let group = self.group_start(&committed, &t, p, (low, high));
             // The group's committed position for every partition, this
             // worker's too: every worker computes its share from the same
             // kind of figures, so the shares add up to about 1.
@@ -644,6 +625,38 @@ impl Poller {
             .collect();
         behind.sort();
         behind.join(",")
+    }
+
+    /// The group's committed offsets for `parts`.
+    fn group_offsets(
+        &self,
+        parts: &[TopicPartition],
+        timeout: Duration,
+    ) -> Result<TopicPartitionList, KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in parts {
+            tpl.add_partition(t, *p);
+        }
+        self.consumer.committed_offsets(tpl, timeout)
+    }
+
+    /// Where the group is (or starts) on a partition: its committed offset,
+    /// or where the reset policy starts one it never committed.
+    fn group_start(
+        &self,
+        committed: &TopicPartitionList,
+        topic: &str,
+        partition: i32,
+        (low, high): (i64, i64),
+    ) -> i64 {
+        match committed
+            .find_partition(topic, partition)
+            .map(|e| e.offset())
+        {
+            Some(Offset::Offset(o)) => o,
+            _ if self.starts_at_end() => high,
+            _ => low,
+        }
     }
 
     /// `auto.offset.reset` sends a partition with no committed offset to its end.

@@ -427,11 +427,17 @@ level = "info"
 
     /// Starts `ingest run` on this setup.
     pub fn spawn(&self, until_caught_up: bool) -> Worker {
+        self.spawn_with_env(until_caught_up, &[])
+    }
+
+    /// Starts `ingest run` with extra environment variables (config overrides).
+    pub fn spawn_with_env(&self, until_caught_up: bool, env: &[(&str, &str)]) -> Worker {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingest"));
         cmd.arg("run").arg("--config").arg(&self.config);
         if until_caught_up {
             cmd.arg("--until-caught-up");
         }
+        cmd.envs(env.iter().copied());
         Worker::start(cmd)
     }
 
