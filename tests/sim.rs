@@ -75,6 +75,76 @@ fn herokus_strategies_keep_their_published_shape_and_the_default_beats_them() {
     }
 }
 
+/// The best anchor's request stdev and max sleep (each the lowest of any
+/// strategy that is not `adaptive`).
+fn best_anchor(s: &[Score]) -> (f64, f64) {
+    let anchors = s.iter().filter(|x| !x.label.starts_with("adaptive"));
+    anchors.fold((f64::MAX, f64::MAX), |(st, sl), a| {
+        (st.min(a.request_stdev), sl.min(a.max_sleep_s))
+    })
+}
+
+#[test]
+fn with_50_clients_the_default_still_beats_every_anchor_and_the_tuned_one_meets_1_percent() {
+    // 50 clients all starting at t = 0 on an empty bucket. The 1% target is
+    // out of reach for any setting that also keeps the 10-client max sleep
+    // under the best anchor's 17.31 s (README: "With 50 clients"); the
+    // default beats every anchor on every score, and the shipped tuned
+    // variant (cushion_start = 0.02) meets the 1% target too. Five seeds,
+    // so no seed is lucky.
+    let sc = sim::load(&scenario("heroku-50")).unwrap();
+    for seed in 1..=5 {
+        let mut sc = sc.clone();
+        sc.seed = seed;
+        let s = sim::run(&sc).unwrap().scores;
+        let (best_stdev, best_sleep) = best_anchor(&s);
+        for label in ["adaptive", "adaptive (cushion_start = 0.02)"] {
+            let d = by(&s, label);
+            assert!(d.utilization >= 0.95, "seed {seed}: {d:?}");
+            assert!(
+                d.request_stdev <= best_stdev,
+                "seed {seed}: {d:?} vs {best_stdev}"
+            );
+            assert!(
+                d.max_sleep_s <= best_sleep,
+                "seed {seed}: {d:?} vs {best_sleep}"
+            );
+            for a in s.iter().filter(|x| !x.label.starts_with("adaptive")) {
+                assert!(
+                    d.retry_rate < a.retry_rate / 3.0,
+                    "seed {seed}: {d:?} vs {a:?}"
+                );
+            }
+        }
+        let tuned = by(&s, "adaptive (cushion_start = 0.02)");
+        assert!(tuned.retry_rate <= 0.01, "seed {seed}: {tuned:?}");
+    }
+}
+
+#[test]
+fn on_herokus_10_clients_the_default_wins_on_every_seed() {
+    let sc = sim::load(&scenario("heroku")).unwrap();
+    for seed in 1..=5 {
+        let mut sc = sc.clone();
+        sc.seed = seed;
+        let s = sim::run(&sc).unwrap().scores;
+        let (best_stdev, best_sleep) = best_anchor(&s);
+        let d = by(&s, "adaptive");
+        assert!(
+            d.retry_rate <= 0.01 && d.utilization >= 0.95,
+            "seed {seed}: {d:?}"
+        );
+        assert!(
+            d.request_stdev <= best_stdev,
+            "seed {seed}: {d:?} vs {best_stdev}"
+        );
+        assert!(
+            d.max_sleep_s <= best_sleep,
+            "seed {seed}: {d:?} vs {best_sleep}"
+        );
+    }
+}
+
 #[test]
 fn seed_000s_graph_rises_to_291_9_ms() {
     let sc = sim::load(&scenario("seed000")).unwrap();

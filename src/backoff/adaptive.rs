@@ -44,14 +44,30 @@
 //!   seconds of capacity within twice that time) / (the fleet rate now),
 //!   damped by `cushion_gain`: all scale alike, the fleet converges, shares
 //!   stay as they were, and the bucket never runs dry, so nobody is
-//!   throttled. A throttle halves the rate. Without a known share a client
+//!   throttled. A throttle cuts the rate by `cushion_decrease`, and while the
+//!   bucket is empty (under a second of refill), where its trend is flat
+//!   however far the fleet is over, the correction is applied with
+//!   `cushion_empty_gain`. Without a known share a client
 //!   starts at `cushion_start` x capacity (an empty bucket is filled, not
 //!   fought over; a full one is found within seconds).
 //!
-//! Returns no delay itself (the caller's pacer enforces `rate()`).
+//! - **Start spread out.** Before its first call a client waits a random
+//!   fraction of `start_splay` periods of one unit at its starting rate
+//!   (capacity x share x `target_fraction`, or capacity x `cushion_start`
+//!   when the share is unknown), as a pacer started at a random phase would.
+//!   A fleet started at one instant then reaches the server spread over one
+//!   period instead of all at once (Heroku's 10 clients: 2 throttles instead
+//!   of 10, measured with `ingest sim`). At a worker's share of a DynamoDB
+//!   table the period is milliseconds.
+//!
+//! Returns no delay itself after an attempt (the caller's pacer enforces
+//! `rate()`); the start splay is its only delay.
 
 use std::collections::VecDeque;
 use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use super::{Feedback, Metrics, Strategy};
 
@@ -89,6 +105,14 @@ pub struct AdaptiveConfig {
     /// Level mode: starting rate as a fraction of the capacity when the share
     /// is unknown.
     pub cushion_start: f64,
+    /// Periods of one unit at the starting rate over which the first call
+    /// is spread (uniformly); 0 = send at once.
+    pub start_splay: f64,
+    /// Level mode: multiplicative decrease on a throttle.
+    pub cushion_decrease: f64,
+    /// Level mode: `cushion_gain` while the bucket holds less than one
+    /// second of refill (its flat trend then under-reads the fleet's rate).
+    pub cushion_empty_gain: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -109,6 +133,9 @@ impl Default for AdaptiveConfig {
             cushion_gain: 0.3,
             cushion_window_s: 30.0,
             cushion_start: 0.06,
+            start_splay: 1.0,
+            cushion_decrease: 0.75,
+            cushion_empty_gain: 0.6,
         }
     }
 }
@@ -154,6 +181,16 @@ impl AdaptiveConfig {
                     .into()
             },
         )?;
+        super::ensure(
+            self.cushion_decrease > 0.0
+                && self.cushion_decrease < 1.0
+                && self.cushion_empty_gain > 0.0
+                && self.cushion_empty_gain <= 1.0,
+            || "cushion_decrease must be in (0, 1), cushion_empty_gain in (0, 1]".into(),
+        )?;
+        super::ensure((0.0..=10.0).contains(&self.start_splay), || {
+            format!("start_splay = {}: must be in [0, 10]", self.start_splay)
+        })?;
         Ok(())
     }
 }
@@ -177,11 +214,21 @@ pub struct Adaptive {
     level_mode: bool,
     /// Level mode: (time, level) of this client's recent answers.
     levels: VecDeque<(Duration, f64)>,
+    /// The capacity and share known before any call (see `hint`).
+    known: (Option<f64>, Option<f64>),
+    /// The first call is behind us (or `prime` said there was history).
+    started: bool,
+    rng: SmallRng,
     metrics: Metrics,
 }
 
 impl Adaptive {
     pub fn new(cfg: AdaptiveConfig) -> Self {
+        Self::with_seed(cfg, 0)
+    }
+
+    /// With the start splay drawn from a generator seeded with `seed`.
+    pub fn with_seed(cfg: AdaptiveConfig, seed: u64) -> Self {
         Self {
             rate: cfg.start_rate,
             cfg,
@@ -194,6 +241,9 @@ impl Adaptive {
             accepted: VecDeque::new(),
             level_mode: false,
             levels: VecDeque::new(),
+            known: (None, None),
+            started: false,
+            rng: SmallRng::seed_from_u64(seed),
             metrics: Metrics::default(),
         }
     }
@@ -223,7 +273,7 @@ impl Adaptive {
             // (an empty bucket at the start meets every strategy).
             if self.levels.len() > 1 && since.is_none_or(|s| s >= cooldown) {
                 self.w_max = Some(self.rate);
-                self.rate *= 0.5;
+                self.rate *= self.cfg.cushion_decrease;
                 self.last_decrease = Some(fb.now);
                 self.metrics.went_down += 1;
             }
@@ -236,7 +286,14 @@ impl Adaptive {
                 let fleet_now = (capacity - slope).max(capacity * 0.05);
                 let fleet_wanted = capacity - (cushion - level) / (2.0 * self.cfg.cushion_s);
                 let k = (fleet_wanted / fleet_now).max(0.0);
-                let k = (1.0 + self.cfg.cushion_gain * (k - 1.0)).clamp(0.5, 2.0);
+                // An empty bucket's trend is flat however far the fleet is
+                // over: correct harder there.
+                let gain = if level < capacity {
+                    self.cfg.cushion_empty_gain
+                } else {
+                    self.cfg.cushion_gain
+                };
+                let k = (1.0 + gain * (k - 1.0)).clamp(0.5, 2.0);
                 self.rate *= k;
                 if k > 1.0 {
                     self.metrics.went_up += 1;
@@ -336,6 +393,26 @@ impl Strategy for Adaptive {
         "adaptive"
     }
 
+    fn before_call(&mut self, _now: Duration) -> Duration {
+        if std::mem::replace(&mut self.started, true) || self.cfg.start_splay == 0.0 {
+            return Duration::ZERO;
+        }
+        let (Some(capacity), share) = self.known else {
+            return Duration::ZERO;
+        };
+        let start_rate = match share.filter(|s| *s > 0.0) {
+            Some(s) => capacity * s.min(1.0) * self.cfg.target_fraction,
+            None => capacity * self.cfg.cushion_start,
+        };
+        let period = self.cfg.start_splay / start_rate;
+        let d = Duration::from_secs_f64(period * self.rng.random::<f64>());
+        self.metrics.sleep(d)
+    }
+
+    fn hint(&mut self, capacity: Option<f64>, share: Option<f64>) {
+        self.known = (capacity.filter(|c| *c > 0.0), share);
+    }
+
     fn after_attempt(&mut self, fb: &Feedback) -> Duration {
         self.metrics.invocations += 1;
         if let (Some(level), Some(capacity)) = (fb.level_units, fb.capacity.filter(|c| *c > 0.0)) {
@@ -401,6 +478,7 @@ impl Strategy for Adaptive {
     }
 
     fn prime(&mut self, delay: Duration, units: f64) {
+        self.started = true; // history, not a fresh start: no splay
         if delay > Duration::ZERO && units > 0.0 {
             self.rate = units / delay.as_secs_f64();
             self.w_max = Some(self.rate);
@@ -585,11 +663,11 @@ mod tests {
             a.after_attempt(&level(t, false, 0.0));
         }
         assert!(a.rate().unwrap() < up, "{:?}", a.rate());
-        // A throttle later halves it, once per cooldown.
+        // A throttle later cuts it by cushion_decrease, once per cooldown.
         let before = a.rate().unwrap();
         a.after_attempt(&level(t + 10, true, 0.0));
         a.after_attempt(&level(t + 20, true, 0.0));
-        assert!((a.rate().unwrap() - before / 2.0).abs() < 1e-12);
+        assert!((a.rate().unwrap() - before * 0.75).abs() < 1e-12);
     }
 
     #[test]
@@ -598,5 +676,63 @@ mod tests {
         a.after_attempt(&at(0, false, 25.0, Some(200.0)));
         assert_eq!(a.rate(), Some(196.0));
         assert!(!a.level_mode);
+    }
+
+    #[test]
+    fn the_first_call_is_spread_over_one_period_at_the_starting_rate() {
+        let splay = |seed: u64, capacity: Option<f64>, share: Option<f64>| {
+            let mut a = Adaptive::with_seed(AdaptiveConfig::default(), seed);
+            a.hint(capacity, share);
+            let first = a.before_call(Duration::ZERO);
+            assert_eq!(a.before_call(Duration::ZERO), Duration::ZERO, "once");
+            first.as_secs_f64()
+        };
+        // Share unknown (Heroku): one period at cushion_start x capacity,
+        // 1 / (0.06 x 1.25) = 13.3 s; uniform, so the draws fill it.
+        let draws: Vec<f64> = (0..500).map(|seed| splay(seed, Some(1.25), None)).collect();
+        let period = 1.0 / (0.06 * 1.25);
+        assert!(draws.iter().all(|d| (0.0..period).contains(d)), "{draws:?}");
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        assert!((mean - period / 2.0).abs() < period * 0.05, "{mean}");
+        assert!(draws.iter().any(|d| *d > 0.9 * period));
+        // A worker with a third of a 200 WCU/s table: milliseconds.
+        let worker = splay(1, Some(200.0), Some(1.0 / 3.0));
+        assert!(worker < 1.0 / (200.0 / 3.0 * 0.98), "{worker}");
+        // Nothing known, or switched off, or primed with history: no wait.
+        assert_eq!(splay(1, None, None), 0.0);
+        let cfg = AdaptiveConfig {
+            start_splay: 0.0,
+            ..Default::default()
+        };
+        let mut off = Adaptive::with_seed(cfg, 1);
+        off.hint(Some(1.25), None);
+        assert_eq!(off.before_call(Duration::ZERO), Duration::ZERO);
+        let mut primed = Adaptive::with_seed(AdaptiveConfig::default(), 1);
+        primed.hint(Some(1.25), None);
+        primed.prime(Duration::from_secs(1), 1.0);
+        assert_eq!(primed.before_call(Duration::ZERO), Duration::ZERO);
+        // The same seed gives the same wait.
+        assert_eq!(splay(7, Some(1.25), None), splay(7, Some(1.25), None));
+        assert_ne!(splay(7, Some(1.25), None), splay(8, Some(1.25), None));
+    }
+
+    #[test]
+    fn an_empty_bucket_is_corrected_harder_than_a_low_one() {
+        // Same history, bucket flat at 0 (empty: under 1 s of refill): the
+        // default cuts with cushion_empty_gain, not the milder cushion_gain.
+        let run = |cfg: AdaptiveConfig| {
+            let mut a = Adaptive::new(cfg);
+            for (t, throttled) in [(0, true), (10_000, false), (20_000, false)] {
+                a.after_attempt(&level(t, throttled, 0.0));
+            }
+            a.rate().unwrap()
+        };
+        let default = run(AdaptiveConfig::default());
+        let mild = run(AdaptiveConfig {
+            cushion_empty_gain: 0.3,
+            ..Default::default()
+        });
+        let start = 0.06 * 1.25;
+        assert!(default < mild && mild < start, "{default} {mild} {start}");
     }
 }

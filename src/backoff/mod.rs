@@ -91,6 +91,11 @@ pub trait Strategy: Send + std::fmt::Debug {
         None
     }
 
+    /// What is known before (and between) calls: the server's capacity in
+    /// units per second and this client's share of it (DescribeTable and the
+    /// group's partitions in the worker; the scenario in the simulator).
+    fn hint(&mut self, _capacity: Option<f64>, _share: Option<f64>) {}
+
     /// The strategy's current delay (for metrics).
     fn current_delay(&self) -> Duration;
 
@@ -177,7 +182,7 @@ impl StrategyConfig {
                 Decrease::ProportionalRemaining,
                 seed,
             )),
-            StrategyConfig::Adaptive(c) => Box::new(adaptive::Adaptive::new(c.clone())),
+            StrategyConfig::Adaptive(c) => Box::new(adaptive::Adaptive::with_seed(c.clone(), seed)),
         }
     }
 }

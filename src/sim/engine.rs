@@ -136,6 +136,9 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
             if let (Mode::Clear, Some(cl)) = (mode, &sc.clear) {
                 strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
             }
+            if c.know_capacity {
+                strategy.hint(Some(server.refill()).filter(|r| *r > 0.0), share);
+            }
             let rate = strategy.rate().or(c.pacing_rate);
             Client {
                 pacer: Pacer::with_clock(rate, burst, clock.clone()),

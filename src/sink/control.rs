@@ -105,11 +105,20 @@ impl Control {
     /// The table's provisioned write capacity (None: unknown or on-demand).
     pub fn set_capacity(&self, capacity: Option<f64>) {
         *self.capacity.lock().unwrap() = capacity.filter(|c| *c > 0.0);
+        self.hint();
     }
 
     /// This worker's share of the table's capacity (None: unknown).
     pub fn set_share(&self, share: Option<f64>) {
         *self.share.lock().unwrap() = share;
+        self.hint();
+    }
+
+    /// Tells the strategy the capacity and share as now known.
+    fn hint(&self) {
+        let capacity = *self.capacity.lock().unwrap();
+        let share = *self.share.lock().unwrap();
+        self.strategy.lock().unwrap().hint(capacity, share);
     }
 
     /// Delay before a new batch's first attempt.
@@ -253,5 +262,18 @@ mod tests {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(0.0));
         assert_eq!(c.report().capacity, None);
+    }
+
+    #[test]
+    fn the_strategy_hears_capacity_and_share_before_its_first_call() {
+        // Adaptive spreads its first call over one unit's period at its
+        // starting rate, which it can only know from the hint.
+        let c = Control::new(StrategyConfig::default().build(3), None, burst());
+        c.set_capacity(Some(2.0));
+        c.set_share(Some(0.5));
+        let d = c.before_call();
+        assert!(d > Duration::ZERO, "{d:?}");
+        assert!(d.as_secs_f64() < 1.0 / (2.0 * 0.5 * 0.98), "{d:?}");
+        assert_eq!(c.before_call(), Duration::ZERO, "the first call only");
     }
 }
