@@ -62,8 +62,15 @@ impl RateMeter {
         }
     }
 
-    /// Adds a sample; returns the smoothed rate once two samples are in.
+    /// Adds a sample; returns the smoothed rate once the count has moved.
+    /// Samples before the first record is done (joining the group, finding
+    /// the table) are not a rate of 0: smoothing from 0 would inflate the
+    /// ETA for many seconds, so the meter starts when the work does.
     pub fn observe(&mut self, now: Instant, count: u64) -> Option<f64> {
+        if self.rate.is_none() && self.last.is_some_and(|(_, c)| c == count) {
+            self.last = Some((now, count));
+            return None;
+        }
         if let Some((t, c)) = self.last {
             let dt = now.saturating_duration_since(t).as_secs_f64();
             if dt <= 0.0 {
@@ -245,6 +252,22 @@ mod tests {
             }
         );
         assert_eq!(b.remaining(), 70);
+    }
+
+    #[test]
+    fn the_rate_meter_starts_when_the_work_does() {
+        // A worker that waits 5 s for its partitions, then writes 100/s: the
+        // first rate is 100/s, not 100/s smoothed up from 0.
+        let t0 = Instant::now();
+        let mut m = RateMeter::new(Duration::from_secs(10));
+        for s in 0..=5 {
+            assert_eq!(m.observe(t0 + Duration::from_secs(s), 0), None);
+        }
+        let r = m.observe(t0 + Duration::from_secs(6), 100).unwrap();
+        assert!((r - 100.0).abs() < 1e-9, "{r}");
+        // Once started, a stall is a real rate of 0 (smoothed).
+        let r = m.observe(t0 + Duration::from_secs(7), 100).unwrap();
+        assert!(r < 100.0 && r > 0.0, "{r}");
     }
 
     #[test]
