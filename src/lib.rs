@@ -8,7 +8,8 @@
 //!
 //! - [`config`]: the TOML file plus `INGEST__*` environment overrides, validated.
 //! - [`source`]: the Kafka consumer thread: poll, track, pause when full,
-//!   drain and commit on revocation and shutdown.
+//!   drain and commit on revocation and shutdown; [`backlog`] reads the
+//!   group's backlog on its own thread.
 //! - [`offsets`]: the pure per-partition watermark (what may be committed);
 //!   [`acks`] shares it between the writers and the source thread.
 //! - [`decode`]: JSON record value -> DynamoDB item, key checks, size and WCU.
@@ -32,6 +33,7 @@
 //!   records, show a table).
 
 pub mod acks;
+pub mod backlog;
 pub mod backoff;
 pub mod config;
 pub mod decode;

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::acks::{Acks, RecordRef};
+use crate::backlog::{self, BacklogReader, Cadence, GroupView};
 use crate::config::KafkaSettings;
 use crate::offsets::{OffsetTracker, TopicPartition};
 use crate::ops::live::Live;
@@ -314,6 +315,28 @@ pub fn run(
     }
     let consumer: BaseConsumer<Ctx> = config.create_with_context(ctx)?;
     *consumer.context().partitions.lock().unwrap() = check_topics(&consumer, &opts)?;
+    let parts: Vec<TopicPartition> = {
+        let counts = consumer.context().partitions.lock().unwrap();
+        opts.topics
+            .iter()
+            .flat_map(|t| (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p)))
+            .collect()
+    };
+    let cadence = Cadence {
+        every: BACKLOG_REFRESH,
+        hurried: GROUP_DONE_POLL,
+        call_timeout: opts.kafka.metadata_timeout.min(BACKLOG_CALL_TIMEOUT),
+    };
+    let backlog = BacklogReader::spawn(
+        &consumer_config(&opts.kafka),
+        parts,
+        starts_at_end(&opts.kafka),
+        cadence,
+    )
+    .inspect_err(
+        |e| warn!(error = %e, "cannot start the backlog reader: shares by partitions only"),
+    )
+    .ok();
     let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let mut poller = Poller {
@@ -322,7 +345,7 @@ pub fn run(
         tx,
         counters,
         next_commit: Instant::now(),
-        next_backlog: Instant::now(),
+        backlog,
         group_targets: HashMap::new(),
         group_positions: HashMap::new(),
         done_at: None,
@@ -340,6 +363,14 @@ pub fn run(
     poller.consumer.context().closing.store(true, SeqCst);
     poller.consumer.unsubscribe();
     result
+}
+
+/// `auto.offset.reset` sends a partition with no committed offset to its end.
+fn starts_at_end(kafka: &KafkaSettings) -> bool {
+    kafka
+        .properties
+        .get("auto.offset.reset")
+        .is_some_and(|v| v == "latest" || v == "largest" || v == "end")
 }
 
 /// Checks that every topic exists; returns each topic's partition count.
@@ -381,7 +412,8 @@ struct Poller {
     tx: mpsc::Sender<Record>,
     counters: Arc<Counters>,
     next_commit: Instant,
-    next_backlog: Instant,
+    /// Reads the group's backlog on its own thread (None: it could not start).
+    backlog: Option<BacklogReader>,
     /// `--until-caught-up`: each partition's end offset at the first look at
     /// the group's backlog, and the group's position on it at the last look.
     group_targets: HashMap<TopicPartition, i64>,
@@ -429,9 +461,8 @@ impl Poller {
             if Instant::now() >= self.next_commit {
                 self.commit_now(None);
             }
-            if Instant::now() >= self.next_backlog {
-                self.next_backlog = Instant::now() + BACKLOG_REFRESH;
-                self.refresh_backlog();
+            if let Some(v) = self.backlog.as_ref().and_then(BacklogReader::take) {
+                self.group_view(v);
             }
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
@@ -452,12 +483,14 @@ impl Poller {
                     // Stay in the group (a leaving member stalls the busy
                     // ones in a rebalance) until the others are done too, for
                     // at most drain_timeout.
-                    self.next_backlog = self.next_backlog.min(Instant::now() + GROUP_DONE_POLL);
                 } else {
                     self.done_at = None;
                 }
             } else {
                 self.done_at = None;
+            }
+            if let Some(b) = &self.backlog {
+                b.hurry(self.done_at.is_some());
             }
         }
     }
@@ -529,7 +562,7 @@ impl Poller {
             return;
         }
         let timeout = self.opts.kafka.metadata_timeout;
-        let committed = match self.group_offsets(&pending, timeout) {
+        let committed = match backlog::group_offsets(&self.consumer, &pending, timeout) {
             Ok(c) => c,
             Err(e) => {
                 warn!(error = %e, "cannot read committed offsets; will retry");
@@ -544,7 +577,8 @@ impl Poller {
                 self.ctx().to_learn.lock().unwrap().push((t, p));
                 continue;
             };
-            let start = self.group_start(&committed, &t, p, (low, high));
+            let at_end = starts_at_end(&self.opts.kafka);
+            let start = backlog::group_start(&committed, &t, p, (low, high), at_end);
             let mut tracker = self.ctx().acks.lock();
             if tracker.epoch(&t, p).is_none() {
                 continue;
@@ -556,57 +590,18 @@ impl Poller {
         }
     }
 
-    /// Reads the group's backlog on every partition of the subscribed topics
-    /// (committed offsets and end offsets) and publishes it with the
-    /// assignment; notes the group's positions for `group_caught_up`.
-    fn refresh_backlog(&mut self) {
-        // These calls block the poll loop: keep them short, and out of a
-        // rebalance (the group waits for this member to poll).
-        if self.ctx().rebalancing.load(SeqCst) {
-            return;
-        }
-        let timeout = self.opts.kafka.metadata_timeout.min(BACKLOG_CALL_TIMEOUT);
-        let parts: Vec<TopicPartition> = {
-            let counts = self.ctx().partitions.lock().unwrap();
-            self.opts
-                .topics
-                .iter()
-                .flat_map(|t| {
-                    (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p))
-                })
-                .collect()
-        };
-        if parts.is_empty() {
-            return;
-        }
-        let committed = match self.group_offsets(&parts, timeout) {
-            Ok(c) => c,
-            Err(e) => {
-                debug!(error = %e, "cannot read the group's offsets for the backlog");
-                return;
-            }
-        };
-        let mut backlog = HashMap::new();
-        let mut ends = HashMap::new();
-        let mut positions = HashMap::new();
-        for (t, p) in parts {
-            let Ok((low, high)) = self.consumer.fetch_watermarks(&t, p, timeout) else {
-                debug!(topic = %t, partition = p, "cannot read watermarks for the backlog");
-                return;
-            };
-            let group = self.group_start(&committed, &t, p, (low, high));
-            // The group's committed position for every partition, this
-            // worker's too: every worker computes its share from the same
-            // kind of figures, so the shares add up to about 1.
-            backlog.insert((t.clone(), p), (high - group).max(0));
-            ends.insert((t.clone(), p), high);
-            positions.insert((t, p), group);
-        }
+    /// Takes a reading of the group's backlog: publishes it with the
+    /// assignment, and notes the group's positions for `group_caught_up`
+    /// (the end offsets of the first reading are the targets).
+    fn group_view(&mut self, v: GroupView) {
+        // The group's committed position for every partition, this worker's
+        // too: every worker computes its share from the same kind of
+        // figures, so the shares add up to about 1.
         if self.group_targets.is_empty() {
-            self.group_targets = ends;
+            self.group_targets = v.ends;
         }
-        self.group_positions = positions;
-        self.ctx().assignment.send_modify(|a| a.backlog = backlog);
+        self.group_positions = v.positions;
+        self.ctx().assignment.send_modify(|a| a.backlog = v.backlog);
     }
 
     /// The partitions `group_caught_up` waits for, as topic/partition=at/end.
@@ -625,47 +620,6 @@ impl Poller {
             .collect();
         behind.sort();
         behind.join(",")
-    }
-
-    /// The group's committed offsets for `parts`.
-    fn group_offsets(
-        &self,
-        parts: &[TopicPartition],
-        timeout: Duration,
-    ) -> Result<TopicPartitionList, KafkaError> {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in parts {
-            tpl.add_partition(t, *p);
-        }
-        self.consumer.committed_offsets(tpl, timeout)
-    }
-
-    /// Where the group is (or starts) on a partition: its committed offset,
-    /// or where the reset policy starts one it never committed.
-    fn group_start(
-        &self,
-        committed: &TopicPartitionList,
-        topic: &str,
-        partition: i32,
-        (low, high): (i64, i64),
-    ) -> i64 {
-        match committed
-            .find_partition(topic, partition)
-            .map(|e| e.offset())
-        {
-            Some(Offset::Offset(o)) => o,
-            _ if self.starts_at_end() => high,
-            _ => low,
-        }
-    }
-
-    /// `auto.offset.reset` sends a partition with no committed offset to its end.
-    fn starts_at_end(&self) -> bool {
-        self.opts
-            .kafka
-            .properties
-            .get("auto.offset.reset")
-            .is_some_and(|v| v == "latest" || v == "largest" || v == "end")
     }
 
     /// The partitions this worker does not hold are committed by the group
