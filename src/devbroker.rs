@@ -91,6 +91,22 @@ impl DevBroker {
         }
     }
 
+    /// Makes the next `count` requests of Kafka API `api_key` fail with
+    /// `error` (for tests: e.g. a coordinator that never lets a member join,
+    /// JoinGroup = 11).
+    pub fn fail_requests(&self, api_key: i16, error: rdsys::rd_kafka_resp_err_t, count: usize) {
+        let errors = vec![error; count];
+        // SAFETY: valid cluster; the array outlives the call, which copies it.
+        unsafe {
+            rdsys::rd_kafka_mock_push_request_errors_array(
+                self.cluster,
+                api_key,
+                errors.len(),
+                errors.as_ptr(),
+            )
+        };
+    }
+
     /// Makes the broker advertise `addr` (where a forwarder listens).
     fn advertise(&self, addr: SocketAddr) {
         let host = CString::new(addr.ip().to_string()).expect("an IP has no NUL");

@@ -151,6 +151,8 @@ struct Ctx {
     /// Between a revocation and the next assignment (eager rebalancing): the
     /// worker holds nothing, which must not read as "caught up".
     rebalancing: AtomicBool,
+    /// When the last revocation came, while no assignment has followed.
+    revoked_at: Mutex<Option<Instant>>,
     drain_timeout: Duration,
     /// End offset seen at assignment, per partition; absent until learnt.
     targets: Mutex<HashMap<TopicPartition, i64>>,
@@ -184,6 +186,7 @@ impl ConsumerContext for Ctx {
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 self.rebalancing.store(true, SeqCst);
+                *self.revoked_at.lock().unwrap() = Some(Instant::now());
                 self.on_revoke(consumer, tpl)
             }
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
@@ -206,6 +209,7 @@ impl ConsumerContext for Ctx {
             }
             self.assigned_once.store(true, SeqCst);
             self.rebalancing.store(false, SeqCst);
+            *self.revoked_at.lock().unwrap() = None;
             self.publish_assignment();
             info!(partitions = %fmt_tps(&tps), "partitions assigned");
         }
@@ -299,6 +303,7 @@ pub fn run(
         closing: AtomicBool::new(false),
         assigned_once: AtomicBool::new(false),
         rebalancing: AtomicBool::new(false),
+        revoked_at: Mutex::new(None),
         drain_timeout: opts.drain_timeout,
         targets: Mutex::new(HashMap::new()),
         to_learn: Mutex::new(Vec::new()),
@@ -350,6 +355,7 @@ pub fn run(
         group_positions: HashMap::new(),
         done_at: None,
         abort,
+        stall_warned: None,
     };
     let exit = poller.run_loop(&stop);
     let result = match exit {
@@ -423,10 +429,15 @@ struct Poller {
     done_at: Option<Instant>,
     /// Set when the pipeline died: draining cannot make progress, skip it.
     abort: CancellationToken,
+    /// When a stalled rebalance was last warned about.
+    stall_warned: Option<Instant>,
 }
 
 /// How often the group's backlog per partition is re-read.
 const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
+
+/// How long a revocation may go without an assignment before a warning.
+const REBALANCE_STALL: Duration = Duration::from_secs(30);
 
 /// How often, once this worker is done, it looks whether the group is.
 const GROUP_DONE_POLL: Duration = Duration::from_secs(1);
@@ -463,6 +474,14 @@ impl Poller {
             }
             if let Some(v) = self.backlog.as_ref().and_then(BacklogReader::take) {
                 self.group_view(v);
+            }
+            self.warn_if_rebalance_stalls();
+            if self.opts.until_caught_up && self.holds_nothing() && self.group_caught_up() {
+                // Nothing of the job is left to anyone, whatever this
+                // worker's place in the group: a rebalance that never
+                // completes (seen with tansu) must not keep it forever.
+                info!("caught up: the group has committed every partition up to its end offset, and this worker holds none");
+                return Ok(SourceExit::CaughtUp);
             }
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
@@ -632,6 +651,35 @@ impl Poller {
         self.group_targets.iter().all(|(tp, end)| {
             mine.contains(tp) || self.group_positions.get(tp).is_some_and(|at| at >= end)
         })
+    }
+
+    /// No partition assigned and no record held or in flight.
+    fn holds_nothing(&self) -> bool {
+        let tracker = self.ctx().acks.lock();
+        tracker.assigned().is_empty()
+            && tracker.pending_total() == 0
+            && self.ctx().held.lock().unwrap().is_empty()
+    }
+
+    /// Warns, every `REBALANCE_STALL`, while a revocation has had no
+    /// assignment after it for that long: the group coordinator has not
+    /// completed the rebalance, and this worker holds no partition.
+    fn warn_if_rebalance_stalls(&mut self) {
+        let Some(since) = *self.ctx().revoked_at.lock().unwrap() else {
+            return;
+        };
+        let waited = since.elapsed();
+        if waited >= REBALANCE_STALL
+            && self
+                .stall_warned
+                .is_none_or(|t| t.elapsed() >= REBALANCE_STALL)
+        {
+            self.stall_warned = Some(Instant::now());
+            warn!(
+                waited_s = waited.as_secs(),
+                "no partitions assigned since a revocation: the group's rebalance has not completed"
+            );
+        }
     }
 
     /// Every assigned partition written up to its end offset (not yet committed).

@@ -43,9 +43,9 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
     broker.create_topic("dead", 1).unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
     let stop = CancellationToken::new();
+    let broker = std::sync::Arc::new(broker);
     let serving = {
-        let (addr, stop) = (addr.parse().unwrap(), stop.clone());
-        let broker = std::sync::Arc::new(broker);
+        let (addr, stop, broker) = (addr.parse().unwrap(), stop.clone(), broker.clone());
         tokio::spawn(async move { serve(&broker, addr, stop).await.unwrap() })
     };
     wait_for_port(&addr).await;
@@ -95,6 +95,33 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
         .await
         .unwrap()
         .unwrap();
+    assert_eq!(outcome.totals.records_consumed, 0);
+
+    // A worker that can never join its group (the coordinator fails every
+    // JoinGroup, as a rebalance that never completes leaves one with no
+    // partitions) still leaves once the group's job is done: the group's
+    // committed offsets, read off the poll loop, are at the end.
+    broker.fail_requests(
+        11,
+        rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        100_000,
+    );
+    let halt = CancellationToken::new();
+    let run = ingest::worker::run(
+        settings(&addr, &group, "orders", &table),
+        true,
+        halt.clone(),
+    );
+    tokio::pin!(run);
+    let outcome = tokio::select! {
+        outcome = &mut run => outcome.unwrap(),
+        _ = tokio::time::sleep(Duration::from_secs(60)) => {
+            halt.cancel();
+            let exit = run.await.map(|o| o.exit);
+            panic!("a worker without partitions did not leave when the group was done: {exit:?}");
+        }
+    };
+    assert_eq!(outcome.exit, SourceExit::CaughtUp);
     assert_eq!(outcome.totals.records_consumed, 0);
 
     stop.cancel();
