@@ -581,6 +581,7 @@ impl Poller {
             return;
         }
         let timeout = self.opts.kafka.metadata_timeout;
+        let at_end = starts_at_end(&self.opts.kafka);
         let committed = match backlog::group_offsets(&self.consumer, &pending, timeout) {
             Ok(c) => c,
             Err(e) => {
@@ -596,7 +597,6 @@ impl Poller {
                 self.ctx().to_learn.lock().unwrap().push((t, p));
                 continue;
             };
-            let at_end = starts_at_end(&self.opts.kafka);
             let start = backlog::group_start(&committed, &t, p, (low, high), at_end);
             let mut tracker = self.ctx().acks.lock();
             if tracker.epoch(&t, p).is_none() {
