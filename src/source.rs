@@ -371,6 +371,14 @@ pub fn run(
     result
 }
 
+/// Partitions behind, as topic/partition=at/end.
+fn fmt_behind(behind: &[(TopicPartition, Option<i64>, i64)]) -> String {
+    let one = |((t, p), at, end): &(TopicPartition, Option<i64>, i64)| {
+        format!("{t}/{p}={}/{end}", at.map_or("?".into(), |a| a.to_string()))
+    };
+    behind.iter().map(one).collect::<Vec<_>>().join(",")
+}
+
 /// `auto.offset.reset` sends a partition with no committed offset to its end.
 fn starts_at_end(kafka: &KafkaSettings) -> bool {
     kafka
@@ -494,7 +502,7 @@ impl Poller {
                     if since.elapsed() >= self.opts.drain_timeout {
                         warn!(
                             waited_s = since.elapsed().as_secs(),
-                            behind = %self.group_behind(),
+                            behind = %fmt_behind(&self.group_behind()),
                             "caught up, but the group's other partitions are not committed to their end yet; leaving anyway"
                         );
                         return Ok(SourceExit::CaughtUp);
@@ -623,34 +631,25 @@ impl Poller {
         self.ctx().assignment.send_modify(|a| a.backlog = v.backlog);
     }
 
-    /// The partitions `group_caught_up` waits for, as topic/partition=at/end.
-    fn group_behind(&self) -> String {
+    /// The partitions this worker does not hold that the group has not yet
+    /// committed up to the end offsets of the first look (as of the last
+    /// look): (partition, the group's position if known, end).
+    fn group_behind(&self) -> Vec<(TopicPartition, Option<i64>, i64)> {
         let mine = self.ctx().acks.lock().assigned();
-        let mut behind: Vec<String> = self
+        let mut behind: Vec<_> = self
             .group_targets
             .iter()
-            .filter(|(tp, end)| {
-                !mine.contains(tp) && self.group_positions.get(*tp).is_none_or(|at| at < *end)
-            })
-            .map(|((t, p), end)| {
-                let at = self.group_positions.get(&(t.clone(), *p));
-                format!("{t}/{p}={}/{end}", at.map_or("?".into(), i64::to_string))
-            })
+            .filter(|(tp, _)| !mine.contains(tp))
+            .map(|(tp, end)| (tp.clone(), self.group_positions.get(tp).copied(), *end))
+            .filter(|(_, at, end)| at.is_none_or(|at| at < *end))
             .collect();
         behind.sort();
-        behind.join(",")
+        behind
     }
 
-    /// The partitions this worker does not hold are committed by the group
-    /// up to the end offsets of the first look (as of the last look).
+    /// The group has been looked at, and nothing is behind.
     fn group_caught_up(&self) -> bool {
-        if self.group_targets.is_empty() {
-            return false;
-        }
-        let mine = self.ctx().acks.lock().assigned();
-        self.group_targets.iter().all(|(tp, end)| {
-            mine.contains(tp) || self.group_positions.get(tp).is_some_and(|at| at >= end)
-        })
+        !self.group_targets.is_empty() && self.group_behind().is_empty()
     }
 
     /// No partition assigned and no record held or in flight.

@@ -248,16 +248,22 @@ impl Adaptive {
         }
     }
 
+    /// Where a client starts: its share of the capacity (x target_fraction),
+    /// or `cushion_start` x capacity when the share is unknown.
+    fn start_rate(&self, capacity: f64, share: Option<f64>) -> f64 {
+        match share.filter(|s| *s > 0.0) {
+            Some(s) => capacity * s.min(1.0) * self.cfg.target_fraction,
+            None => capacity * self.cfg.cushion_start,
+        }
+    }
+
     /// Level mode: one answer that carried the bucket's level.
     fn level_step(&mut self, fb: &Feedback, level: f64, capacity: f64) {
         let share = fb.share.filter(|s| *s > 0.0);
         if !self.level_mode {
             self.level_mode = true;
             if self.w_max.is_none() {
-                self.rate = match share {
-                    Some(s) => capacity * s.min(1.0) * self.cfg.target_fraction,
-                    None => capacity * self.cfg.cushion_start,
-                };
+                self.rate = self.start_rate(capacity, share);
             }
         }
         let window = Duration::from_secs_f64(self.cfg.cushion_window_s);
@@ -400,11 +406,7 @@ impl Strategy for Adaptive {
         let (Some(capacity), share) = self.known else {
             return Duration::ZERO;
         };
-        let start_rate = match share.filter(|s| *s > 0.0) {
-            Some(s) => capacity * s.min(1.0) * self.cfg.target_fraction,
-            None => capacity * self.cfg.cushion_start,
-        };
-        let period = self.cfg.start_splay / start_rate;
+        let period = self.cfg.start_splay / self.start_rate(capacity, share);
         let d = Duration::from_secs_f64(period * self.rng.random::<f64>());
         self.metrics.sleep(d)
     }
