@@ -9,7 +9,7 @@
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::offsets::{OffsetError, OffsetTracker};
+use crate::offsets::{OffsetError, OffsetTracker, TopicPartition};
 
 /// Where a record sits: enough to ack it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,15 +20,79 @@ pub struct RecordRef {
     pub epoch: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Acks {
     tracker: Mutex<OffsetTracker>,
     changed: Condvar,
+    /// Bumped whenever partitions close or are revoked: writers waiting
+    /// (backoff, pacing, dead-letter retries) wake and re-check that their
+    /// records are still theirs to write.
+    closings: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Acks {
+    fn default() -> Self {
+        Self {
+            tracker: Mutex::default(),
+            changed: Condvar::new(),
+            closings: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Acks {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Marks partitions closing (revocation, shutdown): writes on the wire
+    /// finish, nothing new starts for them; waiting writers are woken.
+    pub fn close(&self, tps: &[TopicPartition]) {
+        {
+            let mut tracker = self.lock();
+            for (t, p) in tps {
+                tracker.close(t, *p);
+            }
+        }
+        self.changed.notify_all();
+        self.closings.send_modify(|n| *n += 1);
+    }
+
+    /// Forgets revoked partitions (acks of their records are refused from
+    /// now on); waiting writers are woken.
+    pub fn revoke(&self, tps: &[TopicPartition]) {
+        {
+            let mut tracker = self.lock();
+            for (t, p) in tps {
+                tracker.revoke(t, *p);
+            }
+        }
+        self.closings.send_modify(|n| *n += 1);
+    }
+
+    /// Changes whenever partitions close or are revoked.
+    pub fn closings(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.closings.subscribe()
+    }
+
+    /// Resolves once `alive()` is false, checking whenever partitions close
+    /// or are revoked.
+    pub async fn until_dead(&self, alive: impl Fn() -> bool) {
+        let mut closings = self.closings();
+        while alive() {
+            if closings.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Waits `d`, or less if the records `alive` asks about stop being live
+    /// meanwhile. Returns whether they are still live at the end.
+    pub async fn wait_while_live(&self, d: std::time::Duration, alive: impl Fn() -> bool) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => alive(),
+            _ = self.until_dead(&alive) => false,
+        }
     }
 
     /// Locks the tracker (for the source thread's bookkeeping).

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::backoff::StrategyConfig;
 use crate::decode::{KeyAttr, KeyMode, KeySchema, KeyType};
+use crate::throttle::StrategyConfig;
 
 /// Prefix of the environment variables that override config keys.
 pub const ENV_PREFIX: &str = "INGEST__";
@@ -298,7 +298,7 @@ pub struct Settings {
     pub ops: OpsSettings,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaSettings {
     pub brokers: String,
     pub group_id: String,
@@ -307,6 +307,55 @@ pub struct KafkaSettings {
     pub metadata_timeout: Duration,
     /// librdkafka properties passed through as given.
     pub properties: BTreeMap<String, String>,
+}
+
+/// Secret values never appear in output: `Debug` shows them redacted.
+impl std::fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("group_id", &self.group_id)
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("commit_interval", &self.commit_interval)
+            .field("metadata_timeout", &self.metadata_timeout)
+            .field("properties", &redacted(&self.properties))
+            .finish()
+    }
+}
+
+/// Whether a Kafka property holds a secret (passwords, keys, tokens, JAAS
+/// and OAUTHBEARER configs): its value is never printed.
+pub fn is_secret(key: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "password",
+        "secret",
+        "token",
+        "jaas",
+        "credential",
+        "private",
+        ".key.pem",
+        "oauthbearer.config",
+        "ssl.key",
+        "keystore",
+        "truststore",
+    ];
+    let key = key.to_ascii_lowercase();
+    MARKS.iter().any(|m| key.contains(m))
+}
+
+/// The properties with every secret value replaced by `<redacted>`.
+pub fn redacted(props: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    props
+        .iter()
+        .map(|(k, v)| {
+            let shown = if is_secret(k) {
+                "<redacted>"
+            } else {
+                v.as_str()
+            };
+            (k.as_str(), shown)
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -558,11 +607,23 @@ impl RawConfig {
             }
             routes.push(route);
         }
+        let dynamodb = self.dynamodb.validate()?;
+        let pipeline = self.pipeline.validate()?;
+        if dynamodb.request_timeout >= pipeline.drain_timeout {
+            return Err(invalid(
+                "dynamodb.request_timeout_ms",
+                dynamodb.request_timeout.as_millis(),
+                format!(
+                    "must be below pipeline.drain_timeout_s ({} s): a write on the wire must finish within the drain",
+                    pipeline.drain_timeout.as_secs()
+                ),
+            ));
+        }
         Ok(Settings {
             kafka,
-            dynamodb: self.dynamodb.validate()?,
+            dynamodb,
             routes,
-            pipeline: self.pipeline.validate()?,
+            pipeline,
             throttle: self.throttle.validate()?,
             log: self.log.validate()?,
             ops: self.ops.validate()?,
@@ -590,9 +651,14 @@ impl RawKafka {
     fn validate(self) -> Result<KafkaSettings, ConfigError> {
         for (k, v) in &self.properties {
             if RESERVED_KAFKA_PROPERTIES.contains(&k.as_str()) {
+                let shown = if is_secret(k) {
+                    "<redacted>"
+                } else {
+                    v.as_str()
+                };
                 return Err(invalid(
                     format!("kafka.properties.\"{k}\""),
-                    v,
+                    shown,
                     "is set by the worker itself (use kafka.brokers / kafka.group_id; offsets are committed only after writes)",
                 ));
             }
@@ -905,6 +971,18 @@ mod tests {
     }
 
     #[test]
+    fn a_request_must_fit_in_the_drain() {
+        let text = format!(
+            "{MINIMAL}\n[dynamodb]\nrequest_timeout_ms = 30000\n[pipeline]\ndrain_timeout_s = 30\n"
+        );
+        let err = load(&text, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("dynamodb.request_timeout_ms") && err.contains("drain"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn errors_name_key_value_and_rule() {
         let e = load(MINIMAL, &[("INGEST__KAFKA__COMMIT_INTERVAL_MS", "5")]).unwrap_err();
         assert_eq!(
@@ -930,6 +1008,22 @@ mod tests {
             e.to_string(),
             "config key `route[0].partition_key_type` = \"X\": must be one of S, N, B"
         );
+    }
+
+    #[test]
+    fn secrets_never_show_in_the_printed_settings() {
+        let canary = "CANARY-s3cr3t-1234";
+        let text = MINIMAL.replace(
+            "[[route]]",
+            &format!(
+                "[kafka.properties]\n\"sasl.password\" = \"{canary}\"\n\"ssl.key.password\" = \"{canary}\"\n\"sasl.oauthbearer.config\" = \"token={canary}\"\n\"security.protocol\" = \"sasl_ssl\"\n[[route]]"
+            ),
+        );
+        let s = load(&text, &[]).unwrap();
+        let shown = format!("{s:?} {s:#?}");
+        assert!(!shown.contains(canary), "{shown}");
+        assert!(shown.contains("<redacted>") && shown.contains("sasl_ssl"));
+        assert!(is_secret("sasl.password") && !is_secret("security.protocol"));
     }
 
     #[test]

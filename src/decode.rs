@@ -237,20 +237,25 @@ fn check_key(item: &mut Item, key: &KeyAttr) -> Result<(), DecodeError> {
 }
 
 /// The canonical text of an item's key: equal keys in DynamoDB give equal
-/// text. `None` when a key attribute is missing or of another type.
+/// text, and different keys different text. Each part is its type letter, its
+/// length and `:` before its text, so no part can run into the next (a
+/// separator inside a string value cannot forge a sort key). `None` when a
+/// key attribute is missing or of another type.
 pub fn key_of(item: &Item, schema: &KeySchema) -> Option<String> {
-    let one = |k: &KeyAttr| match (k.kind, item.get(&k.name)?) {
-        (KeyType::S, AttributeValue::S(s)) => Some(format!("S{s}")),
-        (KeyType::N, AttributeValue::N(n)) => Some(format!("N{}", canonical_number(n))),
-        (KeyType::B, AttributeValue::B(b)) => Some(format!(
-            "B{}",
-            base64::engine::general_purpose::STANDARD.encode(b.as_ref())
-        )),
-        _ => None,
+    let one = |k: &KeyAttr| {
+        let (kind, text) = match (k.kind, item.get(&k.name)?) {
+            (KeyType::S, AttributeValue::S(s)) => ('S', s.clone()),
+            (KeyType::N, AttributeValue::N(n)) => ('N', canonical_number(n)),
+            (KeyType::B, AttributeValue::B(b)) => (
+                'B',
+                base64::engine::general_purpose::STANDARD.encode(b.as_ref()),
+            ),
+            _ => return None,
+        };
+        Some(format!("{kind}{}:{text}", text.len()))
     };
     let mut key = one(&schema.hash)?;
     if let Some(range) = &schema.range {
-        key.push('\u{1f}');
         key.push_str(&one(range)?);
     }
     Some(key)
@@ -459,5 +464,39 @@ mod tests {
         assert_eq!(d.wcu(), 1);
         assert_eq!(wcu(1024), 1);
         assert_eq!(wcu(1025), 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn distinct_keys_never_collide(
+            pk1 in "[a\u{1f}SN0-9:]{0,6}", sk1 in "[a\u{1f}SN0-9:]{0,6}",
+            pk2 in "[a\u{1f}SN0-9:]{0,6}", sk2 in "[a\u{1f}SN0-9:]{0,6}",
+        ) {
+            let s = schema(("pk", KeyType::S), Some(("sk", KeyType::S)));
+            let item = |pk: &str, sk: &str| -> Item {
+                [("pk", pk), ("sk", sk)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), AttributeValue::S(v.to_string())))
+                    .collect()
+            };
+            let a = key_of(&item(&pk1, &sk1), &s).unwrap();
+            let b = key_of(&item(&pk2, &sk2), &s).unwrap();
+            proptest::prop_assert_eq!(a == b, (pk1, sk1) == (pk2, sk2));
+        }
+    }
+
+    #[test]
+    fn a_separator_in_a_value_cannot_forge_a_sort_key() {
+        let s = schema(("pk", KeyType::S), Some(("sk", KeyType::S)));
+        let item = |pk: &str, sk: &str| -> Item {
+            [("pk", pk), ("sk", sk)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), AttributeValue::S(v.to_string())))
+                .collect()
+        };
+        assert_ne!(
+            key_of(&item("a\u{1f}Sb", "c"), &s),
+            key_of(&item("a", "b\u{1f}Sc"), &s)
+        );
     }
 }

@@ -34,18 +34,19 @@
 
 pub mod acks;
 pub mod backlog;
-pub mod backoff;
 pub mod config;
 pub mod decode;
 pub mod devbroker;
 pub mod dlq;
 pub mod offsets;
 pub mod ops;
-pub mod pace;
+pub mod pipeline;
 pub mod proxy;
+pub mod record;
 pub mod sim;
 pub mod sink;
 pub mod source;
 pub mod telemetry;
+pub mod throttle;
 pub mod tools;
 pub mod worker;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -32,14 +32,8 @@ use crate::backlog::{self, BacklogReader, Cadence, GroupView};
 use crate::config::KafkaSettings;
 use crate::offsets::{OffsetTracker, TopicPartition};
 use crate::ops::live::Live;
+use crate::record::Record;
 use crate::telemetry::Counters;
-
-/// A consumed record and where to ack it.
-#[derive(Debug)]
-pub struct Record {
-    pub msg: OwnedMessage,
-    pub at: RecordRef,
-}
 
 /// Why the source stopped (when it stopped without an error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,13 +215,8 @@ impl Ctx {
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let tps = tps_of(tpl);
         self.drop_held(|t, p| tps.iter().any(|(tt, pp)| tt == t && *pp == p));
-        {
-            // Writes under way finish; records not yet being written are abandoned.
-            let mut tracker = self.acks.lock();
-            for (t, p) in &tps {
-                tracker.close(t, *p);
-            }
-        }
+        // Writes under way finish; records not yet being written are abandoned.
+        self.acks.close(&tps);
         let wait = if self.closing.load(SeqCst) {
             Duration::ZERO
         } else {
@@ -245,7 +234,7 @@ impl Ctx {
             warn!(error = %e, "commit on revocation failed");
         }
         {
-            let mut tracker = self.acks.lock();
+            let tracker = self.acks.lock();
             let mut targets = self.targets.lock().unwrap();
             for (t, p) in &tps {
                 // At the final unsubscribe the run's progress keeps them.
@@ -253,10 +242,10 @@ impl Ctx {
                     Some(at) if self.closing.load(SeqCst) => self.live.left((t.clone(), *p), at),
                     _ => self.live.forget(&(t.clone(), *p)),
                 }
-                tracker.revoke(t, *p);
                 targets.remove(&(t.clone(), *p));
             }
         }
+        self.acks.revoke(&tps);
         self.publish_assignment();
         info!(partitions = %fmt_tps(&tps), "partitions revoked");
     }
@@ -472,7 +461,7 @@ impl Poller {
                 100
             });
             match self.consumer.poll(timeout) {
-                Some(Ok(m)) => self.accept(m.detach()),
+                Some(Ok(m)) => self.accept(&m),
                 Some(Err(e)) => warn!(error = %e, "kafka consumer error"),
                 None => {}
             }
@@ -523,7 +512,7 @@ impl Poller {
     }
 
     /// Tracks a fresh record and queues it for the pipeline.
-    fn accept(&self, msg: OwnedMessage) {
+    fn accept(&self, msg: &BorrowedMessage<'_>) {
         let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
         let epoch = match self.ctx().acks.lock().track(&topic, partition, offset) {
             Ok(e) => e,
@@ -539,11 +528,19 @@ impl Poller {
             offset,
             epoch,
         };
-        self.ctx()
-            .held
-            .lock()
-            .unwrap()
-            .push_back(Record { msg, at });
+        let headers = msg.headers().map_or_else(Vec::new, |hs| {
+            hs.iter()
+                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        let record = Record {
+            key: msg.key().map(<[u8]>::to_vec),
+            value: msg.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp_ms: msg.timestamp().to_millis(),
+            at,
+        };
+        self.ctx().held.lock().unwrap().push_back(record);
     }
 
     /// Hands held records to the pipeline until its channel is full.
@@ -723,13 +720,9 @@ impl Poller {
         let ctx = self.consumer.context().clone();
         ctx.drop_held(|_, _| true);
         let _ = self.set_paused(true);
-        {
-            // Writes under way finish; records not yet being written are abandoned.
-            let mut tracker = ctx.acks.lock();
-            for (t, p) in tracker.assigned() {
-                tracker.close(&t, p);
-            }
-        }
+        // Writes under way finish; records not yet being written are abandoned.
+        let assigned = ctx.acks.lock().assigned();
+        ctx.acks.close(&assigned);
         let wait = if self.abort.is_cancelled() {
             Duration::ZERO
         } else {

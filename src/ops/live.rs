@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::acks::Acks;
 use crate::offsets::TopicPartition;
-use crate::sink::control::Control;
 use crate::telemetry::Counters;
+use crate::throttle::control::Control;
 
 use super::progress::{backlog, Backlog, ProgressView};
 

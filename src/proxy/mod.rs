@@ -245,7 +245,7 @@ impl Proxy {
         let wcu = match self.cfg.wcu {
             Some(w) => Some(w),
             None => match self.dynamo.describe(table).await {
-                Ok((_, capacity)) => capacity,
+                Ok(info) => info.capacity,
                 Err(e) => {
                     warn!(table, error = %e, "cannot read the table's capacity; not limiting it");
                     None
@@ -506,7 +506,11 @@ impl Proxy {
 
     /// After an UpdateTable went through: enforce the table's new capacity.
     async fn follow_upstream(&self, table: &str) {
-        if let Ok((_, Some(wcu))) = self.dynamo.describe(table).await {
+        if let Ok(crate::sink::TableInfo {
+            capacity: Some(wcu),
+            ..
+        }) = self.dynamo.describe(table).await
+        {
             let now = self.now();
             if let Some(st) = self.tables.lock().unwrap().get_mut(table) {
                 set_rate(st, wcu, now);

@@ -19,9 +19,9 @@ use governor::clock::FakeRelativeClock;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::backoff::{Feedback, Strategy, StrategyConfig};
-use crate::pace::Pacer;
-use crate::sink::control::AcceptedWindow;
+use crate::throttle::control::AcceptedWindow;
+use crate::throttle::pace::Pacer;
+use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
 use super::scenario::{Dist, Scenario, Workload};
 use super::server::Server;

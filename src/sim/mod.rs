@@ -3,8 +3,8 @@
 //! (Heroku's token bucket, or DynamoDB provisioned capacity with burst credit,
 //! with a capacity schedule), uncoordinated clients, and the strategies to run
 //! side by side on the same seeded workload. The strategies are the worker's
-//! own state machines from [`crate::backoff`], paced by the worker's
-//! [`crate::pace::Pacer`] on a fake clock; nothing sleeps.
+//! own state machines from [`crate::throttle`], paced by the worker's
+//! [`crate::throttle::pace::Pacer`] on a fake clock; nothing sleeps.
 //!
 //! - [`scenario`]: the file format, validated.
 //! - [`server`]: the server models.

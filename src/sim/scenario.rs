@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::backoff::StrategyConfig;
+use crate::throttle::StrategyConfig;
 
 use super::SimError;
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::decode::{Decoded, Item};
-use crate::source::Record;
+use crate::record::Record;
 
 /// BatchWriteItem's item limit.
 pub const MAX_ITEMS: usize = 25;
@@ -118,7 +118,6 @@ mod tests {
     use super::*;
     use crate::acks::RecordRef;
     use crate::decode::{decode, Coordinates, KeyAttr, KeyMode, KeySchema, KeyType};
-    use rdkafka::message::{OwnedMessage, Timestamp};
 
     fn entry(offset: i64, json: &str) -> Entry {
         let schema = KeySchema {
@@ -134,15 +133,6 @@ mod tests {
             offset,
         };
         let decoded = decode(Some(json.as_bytes()), &schema, KeyMode::Record, at).unwrap();
-        let msg = OwnedMessage::new(
-            Some(json.as_bytes().to_vec()),
-            None,
-            "t".into(),
-            Timestamp::NotAvailable,
-            0,
-            offset,
-            None,
-        );
         let at = RecordRef {
             topic: "t".into(),
             partition: 0,
@@ -150,7 +140,7 @@ mod tests {
             epoch: 1,
         };
         Entry {
-            record: Record { msg, at },
+            record: Record::with_value(at, json.as_bytes()),
             decoded,
         }
     }

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::WriteError;
+use super::{BatchOutcome, Sink, SinkFuture, TableInfo, WriteError};
 use crate::config::{DynamoSettings, SdkRetryMode};
 use crate::decode::{Item, KeyAttr, KeySchema, KeyType};
 
@@ -38,15 +38,6 @@ const RETRY_CODES: &[&str] = &[
     "TransactionConflictException",
     "ReplicatedWriteConflictException",
 ];
-
-/// The outcome of one BatchWriteItem call that DynamoDB answered with 200.
-#[derive(Debug, Default)]
-pub struct BatchOutcome {
-    /// Items DynamoDB did not write (capacity), to send again.
-    pub unprocessed: Vec<Item>,
-    /// Write capacity DynamoDB reports consumed, when it reports it.
-    pub consumed_wcu: Option<f64>,
-}
 
 /// A DynamoDB client for the write path.
 #[derive(Debug, Clone)]
@@ -138,7 +129,7 @@ impl Dynamo {
 
     /// Reads a table's key schema and provisioned write capacity (None for
     /// on-demand tables) with DescribeTable.
-    pub async fn describe(&self, table: &str) -> Result<(KeySchema, Option<f64>), WriteError> {
+    pub async fn describe(&self, table: &str) -> Result<TableInfo, WriteError> {
         let out = self
             .client
             .describe_table()
@@ -181,7 +172,10 @@ impl Dynamo {
             hash,
             range: attr(DdbKeyType::Range),
         };
-        Ok((schema, capacity))
+        Ok(TableInfo {
+            key: schema,
+            capacity,
+        })
     }
 
     /// One BatchWriteItem call (at most 25 puts) for one table.
@@ -252,6 +246,16 @@ impl Dynamo {
             }
             _ => WriteError::Retryable(detail(&DisplayErrorContext(&err))),
         }
+    }
+}
+
+impl Sink for Dynamo {
+    fn batch_write<'a>(&'a self, table: &'a str, items: Vec<Item>) -> SinkFuture<'a, BatchOutcome> {
+        Box::pin(Dynamo::batch_write(self, table, items))
+    }
+
+    fn describe<'a>(&'a self, table: &'a str) -> SinkFuture<'a, TableInfo> {
+        Box::pin(Dynamo::describe(self, table))
     }
 }
 

@@ -1,12 +1,29 @@
-//! The DynamoDB side: a client with the SDK's retries disabled, the one place
-//! where SDK errors are classified ([`dynamodb`]), batch assembly under
-//! DynamoDB's limits ([`batch`]), the per-table throttle control shared by a
-//! table's writers ([`control`]), and the write loop that retries unprocessed
-//! items and isolates rejected ones ([`writer`]).
+//! The DynamoDB side of the data path.
+//!
+//! - [`Sink`]: the two calls the worker makes (BatchWriteItem, DescribeTable),
+//!   as a seam: [`dynamodb`] implements it with the AWS SDK (retries
+//!   disabled, the one place SDK errors are classified); tests use a
+//!   recording fake.
+//! - [`batch`]: batch assembly under DynamoDB's limits.
+//! - [`writer`]: the write loop of one batch (pacing, unprocessed items,
+//!   throttles, transient errors, bisection of rejected calls, fencing of
+//!   revoked partitions).
+//! - [`tables`]: the tables the routes write to: route resolution, the
+//!   capacity poll and this worker's share of each table.
+//!
+//! Throttle control itself (strategies, pacer, the per-table `Control`) lives
+//! in [`crate::throttle`].
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::decode::{Item, KeySchema};
 
 pub mod batch;
-pub mod control;
 pub mod dynamodb;
+#[cfg(test)]
+pub mod fake;
+pub mod tables;
 pub mod writer;
 
 /// What the caller does next after a failed DynamoDB call.
@@ -27,4 +44,33 @@ pub enum WriteError {
     /// the worker without committing what was not written.
     #[error("fatal: {0}")]
     Fatal(String),
+}
+
+/// The outcome of one BatchWriteItem call that DynamoDB answered with 200.
+#[derive(Debug, Default, Clone)]
+pub struct BatchOutcome {
+    /// Items DynamoDB did not write (capacity), to send again.
+    pub unprocessed: Vec<Item>,
+    /// Write capacity DynamoDB reports consumed, when it reports it.
+    pub consumed_wcu: Option<f64>,
+}
+
+/// A table as DescribeTable shows it: its key and provisioned write capacity
+/// (None for on-demand tables).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableInfo {
+    pub key: KeySchema,
+    pub capacity: Option<f64>,
+}
+
+/// A future the sink returns (boxed: the trait is used as `dyn Sink`).
+pub type SinkFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, WriteError>> + Send + 'a>>;
+
+/// The calls the worker makes to DynamoDB.
+pub trait Sink: Send + Sync + std::fmt::Debug {
+    /// One BatchWriteItem call (at most 25 puts) for one table.
+    fn batch_write<'a>(&'a self, table: &'a str, items: Vec<Item>) -> SinkFuture<'a, BatchOutcome>;
+
+    /// DescribeTable: the table's key and provisioned write capacity.
+    fn describe<'a>(&'a self, table: &'a str) -> SinkFuture<'a, TableInfo>;
 }

@@ -1,5 +1,13 @@
-//! The write loop of one batch: BatchWriteItem until every item is written.
+//! The write loop of one batch: BatchWriteItem until every item is written,
+//! for records this worker still owns.
 //!
+//! - **Fencing.** Before every attempt (the first and each retry) and after
+//!   every wait, records whose partition is no longer this worker's (revoked,
+//!   or closing at shutdown) are given up: abandoned, to be read again by the
+//!   partition's next owner. Waits (pacing, backoff) wake early when
+//!   partitions close. Only an attempt already on the wire finishes, bounded
+//!   by the request timeout, so a revoked worker never overwrites what the
+//!   next owner wrote.
 //! - `UnprocessedItems` are matched back to their slots by key and only they
 //!   are sent again, after a backoff; items already written are never resent.
 //! - Before each attempt the batch waits for its cost (WCU) at the table's
@@ -8,10 +16,11 @@
 //!   and says how long to wait: before the retry, or after a success (pacing).
 //! - Transient failures (network, 5xx) are not capacity signals: they back off
 //!   on their own capped exponential schedule and do not move the strategy.
-//! - A rejection (ValidationException) of a multi-item call is isolated: each
-//!   slot is written alone, and a slot that merged several records with the
-//!   same key is replayed record by record, so only the record DynamoDB
-//!   refuses is dead-lettered, with DynamoDB's message as the reason.
+//! - A rejected call (ValidationException) is **bisected**: each half is
+//!   written on its own until the refused records are alone (about 2 log2 n
+//!   calls for one bad item among n); a slot that merged several records of
+//!   one key is replayed record by record, so only the record DynamoDB refuses
+//!   is dead-lettered, with DynamoDB's message as the reason.
 //! - A fatal error stops the loop; nothing it did not write is acked.
 //!
 //! Every written or dead-lettered record is acked to the offset tracker.
@@ -19,27 +28,28 @@
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{debug, warn};
 
 use super::batch::{Entry, Slot};
-use super::control::Control;
-use super::dynamodb::Dynamo;
-use super::WriteError;
+use super::{Sink, WriteError};
 use crate::acks::Acks;
-use crate::backoff::simple::{Exponential, ExponentialConfig};
-use crate::backoff::{Feedback, Strategy};
-use crate::decode::{key_of, KeySchema};
-use crate::dlq::DeadLetters;
+use crate::decode::{key_of, Item, KeySchema};
+use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
+use crate::record::Record;
 use crate::telemetry::Counters;
+use crate::throttle::control::Control;
+use crate::throttle::simple::{Exponential, ExponentialConfig};
+use crate::throttle::{Feedback, Strategy};
 
 /// Dead-letter reason for records DynamoDB itself rejects.
 pub const REJECTED_REASON: &str = "dynamodb_rejected";
 
 /// Everything a batch write needs; cheap to clone into a task.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Writer {
-    pub dynamo: Dynamo,
+    pub sink: Arc<dyn Sink>,
     pub acks: Arc<Acks>,
     pub dlq: DeadLetters,
     pub counters: Arc<Counters>,
@@ -56,12 +66,20 @@ fn transient_backoff(seed: u64) -> Exponential {
     Exponential::new(cfg, seed)
 }
 
-/// A fatal error, with the table it happened on.
+/// A failure that stops the worker.
 #[derive(Debug, thiserror::Error)]
-#[error("table {table}: {source}")]
-pub struct FatalWrite {
-    pub table: String,
-    pub source: WriteError,
+pub enum FatalWrite {
+    #[error("table {table}: {source}")]
+    Table { table: String, source: WriteError },
+    #[error(transparent)]
+    DeadLetters(#[from] DeadLetterError),
+}
+
+/// What one call of the write loop left.
+enum Left {
+    Done,
+    /// DynamoDB rejected the call: these slots were not written.
+    Rejected(Vec<Slot>, String),
 }
 
 impl Writer {
@@ -74,22 +92,48 @@ impl Writer {
         ctl: &Control,
         seed: u64,
     ) -> Result<(), FatalWrite> {
-        let fatal = |source| FatalWrite {
-            table: table.to_string(),
-            source,
-        };
-        match self.write_until_done(table, schema, slots, ctl, seed).await {
-            Ok(None) => Ok(()),
-            Ok(Some((rejected, why))) => self
-                .isolate(table, schema, rejected, why, ctl, seed)
+        // Groups of slots still to write, the next one last.
+        let mut groups = vec![slots];
+        let mut n = 0u64;
+        while let Some(group) = groups.pop() {
+            n += 1;
+            let left = self
+                .write_until_done(table, schema, group, ctl, seed.wrapping_add(n))
                 .await
-                .map_err(fatal),
-            Err(e) => Err(fatal(e)),
+                .map_err(|source| FatalWrite::Table {
+                    table: table.to_string(),
+                    source,
+                })?;
+            let Left::Rejected(mut slots, why) = left else {
+                continue;
+            };
+            if slots.len() > 1 {
+                let second = slots.split_off(slots.len() / 2);
+                groups.push(second);
+                groups.push(slots);
+                continue;
+            }
+            let Some(slot) = slots.pop() else { continue };
+            if slot.entries.len() > 1 {
+                // Replay the key's records one by one, oldest first.
+                for entry in slot.entries.into_iter().rev() {
+                    groups.push(vec![Slot {
+                        key: entry.decoded.key.clone(),
+                        entries: vec![entry],
+                    }]);
+                }
+                continue;
+            }
+            for entry in slot.entries {
+                self.dead_letter(&entry.record, REJECTED_REASON, &why)
+                    .await?;
+            }
         }
+        Ok(())
     }
 
-    /// Retries until every slot is written. Returns the slots left when
-    /// DynamoDB rejected the call, with its message.
+    /// Retries until every slot is written or given up; says what DynamoDB
+    /// rejected, if it did.
     async fn write_until_done(
         &self,
         table: &str,
@@ -97,34 +141,30 @@ impl Writer {
         mut remaining: Vec<Slot>,
         ctl: &Control,
         seed: u64,
-    ) -> Result<Option<(Vec<Slot>, String)>, WriteError> {
+    ) -> Result<Left, WriteError> {
         let mut transient = transient_backoff(seed);
-        let mut first = true;
         let c = &self.counters;
-        ctl.sleep(ctl.before_call()).await;
-        while !remaining.is_empty() {
+        self.wait(ctl, ctl.before_call(), &remaining).await;
+        loop {
+            // Fence: nothing is sent for partitions this worker gave up.
+            remaining = self.keep_live(remaining);
+            if remaining.is_empty() {
+                return Ok(Left::Done);
+            }
             let cost: u32 = remaining.iter().map(Slot::wcu).sum();
-            // A batch never sent whose partitions were revoked meanwhile (or
-            // the worker is stopping) is given up: the next owner writes it.
-            // Once sent, a batch is in flight and is finished.
-            let live = |slots: &[Slot]| {
-                slots
-                    .iter()
-                    .any(|s| s.entries.iter().any(|e| self.acks.is_live(&e.record.at)))
+            let alive = || self.any_live(&remaining);
+            let paced = tokio::select! {
+                go = ctl.pace(cost, alive) => go,
+                () = self.acks.until_dead(alive) => false,
             };
-            let go = ctl.pace(cost, || !first || live(&remaining)).await;
-            if first {
-                remaining = self.drop_dead(remaining);
-                if !go || remaining.is_empty() {
-                    self.abandon_all(&remaining);
-                    break;
-                }
-                first = false;
+            remaining = self.keep_live(remaining);
+            if !paced || remaining.is_empty() {
+                continue;
             }
             let items = remaining.iter().map(|s| s.item().clone()).collect();
             count(c, ctl, |c| &c.requests, 1);
-            let sent = std::time::Instant::now();
-            let answer = self.dynamo.batch_write(table, items).await;
+            let sent = tokio::time::Instant::now();
+            let answer = self.sink.batch_write(table, items).await;
             ctl.observe_latency(sent.elapsed());
             let (throttled, accepted) = match answer {
                 Ok(outcome) => {
@@ -154,83 +194,82 @@ impl Writer {
                         ..Feedback::default()
                     });
                     warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
-                    ctl.sleep(d).await;
+                    self.wait(ctl, d, &remaining).await;
                     continue;
                 }
-                Err(WriteError::Rejected(m)) => return Ok(Some((remaining, m))),
+                Err(WriteError::Rejected(m)) => return Ok(Left::Rejected(remaining, m)),
                 Err(fatal @ WriteError::Fatal(_)) => return Err(fatal),
             };
             transient.before_call(ctl.now());
             let delay = ctl.after_attempt(throttled, accepted);
-            ctl.sleep(delay).await;
+            if remaining.is_empty() {
+                // Pacing after a success (delay strategies): holds the table's
+                // write slot, cut short when partitions close.
+                ctl.note_sleep(delay);
+                let mut closings = self.acks.closings();
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = closings.changed() => {}
+                }
+                return Ok(Left::Done);
+            }
+            self.wait(ctl, delay, &remaining).await;
         }
-        Ok(None)
     }
 
-    /// Writes rejected slots one record at a time; dead-letters the records
-    /// DynamoDB still rejects on their own.
-    async fn isolate(
+    /// Waits `d` (accounted to the table's control), less if the slots'
+    /// partitions are given up meanwhile.
+    async fn wait(&self, ctl: &Control, d: Duration, slots: &[Slot]) {
+        if d.is_zero() {
+            return;
+        }
+        ctl.note_sleep(d);
+        self.acks.wait_while_live(d, || self.any_live(slots)).await;
+    }
+
+    /// Dead-letters a record (decoded or not) and acks it once the broker
+    /// confirmed; abandons it if its partition is given up meanwhile.
+    pub async fn dead_letter(
         &self,
-        table: &str,
-        schema: &KeySchema,
-        slots: Vec<Slot>,
-        why: String,
-        ctl: &Control,
-        seed: u64,
-    ) -> Result<(), WriteError> {
-        let singles: Vec<Entry> = slots.into_iter().flat_map(|s| s.entries).collect();
-        let alone = singles.len() == 1;
-        for (i, entry) in singles.into_iter().enumerate() {
-            let slot = vec![Slot {
-                key: entry.decoded.key.clone(),
-                entries: vec![entry],
-            }];
-            let rejected = if alone {
-                Some((slot, why.clone()))
-            } else {
-                self.write_until_done(table, schema, slot, ctl, seed.wrapping_add(i as u64))
-                    .await?
-            };
-            if let Some((mut slot, message)) = rejected {
-                let entry = slot
-                    .pop()
-                    .and_then(|s| s.entries.into_iter().next())
-                    .expect("one entry");
-                self.dead_letter_record(&entry.record, REJECTED_REASON, &message)
-                    .await;
+        record: &Record,
+        reason: &'static str,
+        detail: &str,
+    ) -> Result<(), DeadLetterError> {
+        match self.dlq.send(record, reason, detail, &self.acks).await? {
+            Delivery::Abandoned => self.acks.abandon(&record.at),
+            delivery => {
+                warn!(reason, detail, topic = %record.at.topic, partition = record.at.partition,
+                    offset = record.at.offset, without_value = delivery == Delivery::SentWithoutValue,
+                    "record dead-lettered");
+                self.counters.dead_letter(reason);
+                self.ack(record);
             }
         }
         Ok(())
     }
 
-    /// Dead-letters a record (decoded or not) and acks it once the broker
-    /// confirmed.
-    pub async fn dead_letter_record(
-        &self,
-        record: &crate::source::Record,
-        reason: &'static str,
-        detail: &str,
-    ) {
-        warn!(reason, detail, topic = %record.at.topic, partition = record.at.partition,
-            offset = record.at.offset, "record dead-lettered");
-        self.dlq.send(record, reason, detail).await;
-        self.counters.dead_letter(reason);
-        self.ack(record);
+    fn any_live(&self, slots: &[Slot]) -> bool {
+        slots
+            .iter()
+            .any(|s| s.entries.iter().any(|e| self.acks.is_live(&e.record.at)))
     }
 
-    fn abandon_all(&self, slots: &[Slot]) {
-        for e in slots.iter().flat_map(|s| &s.entries) {
-            self.acks.abandon(&e.record.at);
-        }
-    }
-
-    /// Keeps the slots with a record still to be written; abandons the rest.
-    fn drop_dead(&self, slots: Vec<Slot>) -> Vec<Slot> {
-        let (live, dead): (Vec<Slot>, Vec<Slot>) = slots
+    /// Keeps the records still to be written; abandons the others (a slot
+    /// whose newest record is gone writes its newest live one).
+    fn keep_live(&self, slots: Vec<Slot>) -> Vec<Slot> {
+        slots
             .into_iter()
-            .partition(|s| s.entries.iter().any(|e| self.acks.is_live(&e.record.at)));
-        self.abandon_all(&dead);
-        live
+            .filter_map(|mut slot| {
+                let (live, dead): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut slot.entries)
+                    .into_iter()
+                    .partition(|e| self.acks.is_live(&e.record.at));
+                for e in &dead {
+                    self.acks.abandon(&e.record.at);
+                }
+                slot.entries = live;
+                (!slot.entries.is_empty()).then_some(slot)
+            })
+            .collect()
     }
 
     fn written(&self, slots: &[Slot], ctl: &Control) {
@@ -245,7 +284,7 @@ impl Writer {
         }
     }
 
-    fn ack(&self, record: &crate::source::Record) {
+    fn ack(&self, record: &Record) {
         if let Err(e) = self.acks.ack(&record.at) {
             debug!(error = %e, "ack ignored (partition revoked meanwhile)");
         }
@@ -260,6 +299,10 @@ fn count(process: &Counters, ctl: &Control, which: fn(&Counters) -> &AtomicU64, 
 
 /// Keys of the unprocessed items; `None` when one cannot be matched (then
 /// every remaining slot is treated as unprocessed: resending is safe).
-fn unprocessed_keys(items: &[crate::decode::Item], schema: &KeySchema) -> Option<HashSet<String>> {
+fn unprocessed_keys(items: &[Item], schema: &KeySchema) -> Option<HashSet<String>> {
     items.iter().map(|i| key_of(i, schema)).collect()
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

@@ -4,7 +4,8 @@
 //! rate over the last seconds (for strategies that want a "remaining" figure:
 //! 1 - accepted rate / capacity).
 //!
-//! Writers ask it how long to wait and tell it what happened; they sleep.
+//! Writers ask it how long to wait and tell it what happened; they sleep (on
+//! tokio's clock, so tests under a paused runtime run in virtual time).
 //! It also holds the table's own counters and its BatchWriteItem latency
 //! histogram, for the metrics endpoint.
 
@@ -12,11 +13,13 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backoff::{Feedback, Metrics, Strategy};
-use crate::pace::Pacer;
+use tokio::time::Instant;
+
 use crate::telemetry::Counters;
+use crate::throttle::pace::Pacer;
+use crate::throttle::{Feedback, Metrics, Strategy};
 
 /// Window of the accepted-rate estimate behind `remaining`.
 const REMAINING_WINDOW: Duration = Duration::from_secs(1);
@@ -27,7 +30,8 @@ pub struct Control {
     pacer: Pacer,
     fixed_rate: Option<f64>,
     capacity: Mutex<Option<f64>>,
-    /// This worker's share of the table (its share of the partitions feeding it).
+    /// This worker's share of the table (by the backlog of the partitions
+    /// feeding it; see `source::Assignment::share`).
     share: Mutex<Option<f64>>,
     /// Batches take turns at the pacer in the order they arrive (tokio's
     /// mutex is fair), so a later batch never overtakes an earlier one.
@@ -171,15 +175,11 @@ impl Control {
         delay
     }
 
-    /// Sleeps `d` (and accounts for it).
-    pub async fn sleep(&self, d: Duration) {
-        if d.is_zero() {
-            return;
-        }
+    /// Accounts for a wait of `d` (the writer waits, cancellably).
+    pub fn note_sleep(&self, d: Duration) {
         let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
         self.slept_ns.fetch_add(ns, Relaxed);
         self.max_sleep_ns.fetch_max(ns, Relaxed);
-        tokio::time::sleep(d).await;
     }
 
     pub fn report(&self) -> ControlReport {
@@ -225,7 +225,7 @@ impl AcceptedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backoff::StrategyConfig;
+    use crate::throttle::StrategyConfig;
 
     fn burst() -> NonZeroU32 {
         NonZeroU32::new(25).unwrap()

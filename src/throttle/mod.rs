@@ -1,7 +1,10 @@
-//! Throttle strategies: pure state machines that turn what the server said
-//! into how long to wait. They never sleep; the caller sleeps (cancellably, on
-//! its own clock), and time is passed in, so the worker and the simulator run
-//! the very same code.
+//! Throttle control, in one place: the strategies (pure state machines that
+//! turn what the server said into how long to wait), the [`pace`]r that
+//! releases capacity units at the rate they steer, and the per-table
+//! [`control`] that a table's writers share (strategy + pacer + capacity +
+//! share + accepted-rate window). Strategies never sleep; the writer sleeps
+//! (on tokio's clock, woken early when its partitions are revoked), and time
+//! is passed in, so the worker and the simulator run the very same code.
 //!
 //! The interface, for one logical request (a batch) and its attempts:
 //! `before_call` -> delay before the first attempt; after every attempt,
@@ -18,10 +21,11 @@
 
 pub mod adaptive;
 pub mod autosleeper;
+pub mod control;
 pub mod heroku;
+pub mod pace;
 pub mod simple;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What one attempt told us.
@@ -185,14 +189,6 @@ impl StrategyConfig {
             StrategyConfig::Adaptive(c) => Box::new(adaptive::Adaptive::with_seed(c.clone(), seed)),
         }
     }
-}
-
-/// One strategy shared by every writer of a table in this process.
-pub type Shared = Arc<Mutex<Box<dyn Strategy>>>;
-
-/// Wraps a strategy for sharing.
-pub fn shared(s: Box<dyn Strategy>) -> Shared {
-    Arc::new(Mutex::new(s))
 }
 
 /// `Ok` when `ok` holds (NaN comparisons are false, so NaN fails), else the

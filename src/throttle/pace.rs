@@ -12,8 +12,9 @@
 //! Waiting here never blocks the Kafka consumer: the source pauses partitions
 //! and keeps polling when the pipeline is full.
 //!
-//! The pacer is generic over governor's clock: the worker uses the real clock
-//! and waits (`acquire`), the simulator (`crate::sim`) uses governor's fake
+//! The pacer is generic over governor's clock: the worker uses tokio's clock
+//! ([`TokioClock`]: real time in production, virtual under a paused test
+//! runtime) and waits (`acquire`), the simulator (`crate::sim`) uses governor's fake
 //! clock in virtual time and asks how long to wait (`check`), so both pace
 //! with the very same limiter code.
 
@@ -21,7 +22,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock, Reference};
+use governor::clock::{Clock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
@@ -38,19 +39,42 @@ struct Current<C: Clock> {
     hold_until: Option<C::Instant>,
 }
 
+/// governor's clock on tokio's time: the worker's pacer follows the same
+/// clock as its sleeps, so tests under a paused runtime pace in virtual time.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    type Instant = Nanos;
+
+    fn now(&self) -> Nanos {
+        Nanos::from(self.start.elapsed())
+    }
+}
+
 /// A swappable rate limiter in capacity units per second; `None` = unpaced.
 #[derive(Debug)]
-pub struct Pacer<C: Clock = DefaultClock> {
+pub struct Pacer<C: Clock = TokioClock> {
     burst: NonZeroU32,
     clock: C,
     current: RwLock<Option<Current<C>>>,
 }
 
-impl Pacer<DefaultClock> {
+impl Pacer<TokioClock> {
     /// A pacer at `rate` units/s (None: no pacing) releasing at most `burst`
-    /// units at once, on the real clock.
+    /// units at once, on tokio's clock.
     pub fn new(rate: Option<f64>, burst: NonZeroU32) -> Self {
-        Self::with_clock(rate, burst, DefaultClock::default())
+        Self::with_clock(rate, burst, TokioClock::default())
     }
 
     /// Waits until `units` may be spent, taking them in chunks of at most

@@ -1,0 +1,248 @@
+//! The tables the routes write to: each route's table and key schema
+//! (DescribeTable, checked against the configured key), one throttle
+//! [`Control`] per table shared by its writers, the capacity poll that keeps
+//! it current (auto scaling; early after a throttle), and this worker's share
+//! of each table, followed from the source's assignment and backlog.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::{Sink, WriteError};
+use crate::config::{check_kafka_key_schema, Route, Settings};
+use crate::decode::{KeyMode, KeySchema};
+use crate::ops::live::Live;
+use crate::ops::prom::Exporter;
+use crate::source::Assignment;
+use crate::telemetry::Counters;
+use crate::throttle::control::Control;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("table {table} (route of topic {topic}): {source}")]
+    Describe {
+        table: String,
+        topic: String,
+        source: WriteError,
+    },
+    #[error("table {table}: configured key {configured} differs from the table's key {actual}")]
+    KeyMismatch {
+        table: String,
+        configured: String,
+        actual: String,
+    },
+    #[error("table {table}: key_mode = \"kafka\" {rule}")]
+    KafkaKeyMode { table: String, rule: String },
+}
+
+/// A table as the writers see it.
+#[derive(Debug)]
+pub struct Table {
+    pub name: Arc<str>,
+    pub schema: KeySchema,
+    /// Throttle strategy, pacer and capacity, shared by the table's writers.
+    pub control: Arc<Control>,
+}
+
+/// A topic's route, resolved.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub table: Arc<Table>,
+    pub key_mode: KeyMode,
+}
+
+/// Routes by topic.
+pub type Routes = HashMap<String, Resolved>;
+
+/// Finds each route's table and key schema (DescribeTable), checking the
+/// configured key, if any, against the table's.
+pub async fn resolve_routes(
+    sink: &dyn Sink,
+    settings: &Settings,
+    seed: u64,
+    exporter: Option<&Exporter>,
+) -> Result<Routes, TableError> {
+    let mut tables: HashMap<String, Arc<Table>> = HashMap::new();
+    let mut routes = HashMap::new();
+    for Route {
+        topic,
+        table,
+        key_mode,
+        key,
+    } in &settings.routes
+    {
+        let resolved = match tables.get(table) {
+            Some(t) => t.clone(),
+            None => {
+                let info = sink
+                    .describe(table)
+                    .await
+                    .map_err(|source| TableError::Describe {
+                        table: table.clone(),
+                        topic: topic.clone(),
+                        source,
+                    })?;
+                if let Some(configured) = key {
+                    if configured != &info.key {
+                        return Err(TableError::KeyMismatch {
+                            table: table.clone(),
+                            configured: configured.to_string(),
+                            actual: info.key.to_string(),
+                        });
+                    }
+                }
+                let th = &settings.throttle;
+                let strategy = th.strategy.build(seed ^ tables.len() as u64);
+                let control = Control::new(strategy, th.pacing_rate, th.pacing_burst)
+                    .with_latency(exporter.map(|e| e.latency(table)));
+                control.set_capacity(info.capacity);
+                let t = Arc::new(Table {
+                    name: table.as_str().into(),
+                    schema: info.key,
+                    control: Arc::new(control),
+                });
+                tables.insert(table.clone(), t.clone());
+                t
+            }
+        };
+        if *key_mode == KeyMode::Kafka {
+            check_kafka_key_schema(&resolved.schema).map_err(|rule| TableError::KafkaKeyMode {
+                table: table.clone(),
+                rule,
+            })?;
+        }
+        info!(topic, table, key = %resolved.schema, "route ready");
+        routes.insert(
+            topic.clone(),
+            Resolved {
+                table: resolved,
+                key_mode: *key_mode,
+            },
+        );
+    }
+    Ok(routes)
+}
+
+/// Each table once.
+pub fn distinct_tables(routes: &Routes) -> Vec<Arc<Table>> {
+    let mut out: Vec<Arc<Table>> = Vec::new();
+    for r in routes.values() {
+        if !out.iter().any(|t| Arc::ptr_eq(t, &r.table)) {
+            out.push(r.table.clone());
+        }
+    }
+    out
+}
+
+/// Every 10 s, one line per table with the throttle control's state.
+pub async fn log_controls(tables: Vec<Arc<Table>>, counters: Arc<Counters>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let totals = counters.snapshot();
+        for t in &tables {
+            let r = t.control.report();
+            info!(
+                table = %t.name,
+                strategy = r.strategy,
+                pacing_rate = r.pacing_rate.unwrap_or(0.0),
+                current_delay_s = r.current_delay_s,
+                capacity = r.capacity.unwrap_or(0.0),
+                share = r.share.unwrap_or(1.0),
+                slept_s = r.slept_s,
+                throttled_requests = totals.throttled_requests,
+                unprocessed_items = totals.unprocessed_items,
+                "throttle control"
+            );
+        }
+    }
+}
+
+/// Keeps each table's share current: the worker's share of the work on the
+/// topics routed to the table, by backlog and partitions (see
+/// [`Assignment::share`]; the adaptive strategy paces to it).
+pub fn follow_assignment(
+    mut rx: tokio::sync::watch::Receiver<Assignment>,
+    routes: &Routes,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let tables: Vec<(Arc<Table>, Vec<String>)> = distinct_tables(routes)
+        .into_iter()
+        .map(|t| {
+            let topics = routes
+                .iter()
+                .filter(|(_, r)| Arc::ptr_eq(&r.table, &t))
+                .map(|(topic, _)| topic.clone())
+                .collect();
+            (t, topics)
+        })
+        .collect();
+    async move {
+        while rx.changed().await.is_ok() {
+            let a = rx.borrow_and_update().clone();
+            for (t, topics) in &tables {
+                if let Some(share) = a.share(topics) {
+                    t.control.set_share(Some(share));
+                }
+            }
+        }
+    }
+}
+
+/// How often DynamoDB's reachability is checked when capacity is not polled.
+const REACH_POLL: Duration = Duration::from_secs(5);
+
+/// While writes are throttled, the capacity is re-read at most this often.
+const THROTTLE_POLL: Duration = Duration::from_secs(1);
+
+/// Re-reads each table's provisioned capacity every `every` (auto scaling
+/// changes it), and early after a throttle (at most once a second), so a cut
+/// is known within about a second; strategies that follow capacity see the
+/// change. Each answer (or failure) also tells `/readyz` whether DynamoDB is
+/// reachable; with `every` zero, the tables are described every 5 s for that
+/// alone.
+pub fn poll_capacity(
+    sink: &Arc<dyn Sink>,
+    tables: &[Arc<Table>],
+    every: Duration,
+    live: &Arc<Live>,
+) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    let (period, follow) = if every.is_zero() {
+        (REACH_POLL, false)
+    } else {
+        (every, true)
+    };
+    for t in tables {
+        let (sink, t, live) = (sink.clone(), t.clone(), live.clone());
+        set.spawn(async move {
+            let mut last = Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(last + period) => {}
+                    // A throttle may mean the capacity was cut: look now (at
+                    // most once per THROTTLE_POLL), not at the next period.
+                    _ = t.control.throttled(), if follow => {
+                        tokio::time::sleep_until(last + THROTTLE_POLL).await;
+                    }
+                }
+                last = Instant::now();
+                match sink.describe(&t.name).await {
+                    Ok(info) => {
+                        live.dynamo_ok();
+                        if follow {
+                            t.control.set_capacity(info.capacity);
+                        }
+                    }
+                    Err(e) => {
+                        debug!(table = %t.name, error = %e, "DescribeTable failed");
+                        live.dynamo_err(format!("table {}: {e}", t.name));
+                    }
+                }
+            }
+        });
+    }
+    set
+}

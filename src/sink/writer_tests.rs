@@ -1,0 +1,371 @@
+//! The write loop under tokio's paused clock, against the recording fake.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::acks::RecordRef;
+use crate::decode::{decode, Coordinates, KeyAttr, KeyMode, KeyType};
+use crate::dlq::fake::FakeTopic;
+use crate::sink::batch::Batch;
+use crate::sink::fake::{id_of, unprocessed, FakeSink, Script};
+use crate::sink::BatchOutcome;
+use crate::throttle::simple::ExponentialConfig;
+use crate::throttle::StrategyConfig;
+
+fn schema() -> KeySchema {
+    KeySchema {
+        hash: KeyAttr {
+            name: "id".into(),
+            kind: KeyType::S,
+        },
+        range: None,
+    }
+}
+
+struct Setup {
+    sink: Arc<FakeSink>,
+    topic: Arc<FakeTopic>,
+    writer: Writer,
+    ctl: Control,
+    epoch: u64,
+    next: i64,
+}
+
+fn exponential(initial_ms: f64) -> StrategyConfig {
+    StrategyConfig::Exponential(ExponentialConfig {
+        initial_ms,
+        max_ms: 60_000.0,
+        multiplier: 2.0,
+        jitter: 0.0,
+    })
+}
+
+fn setup(script: Script, strategy: StrategyConfig, rate: Option<f64>) -> Setup {
+    let sink = Arc::new(FakeSink::new(script));
+    let topic = Arc::new(FakeTopic::default());
+    let acks = Arc::new(Acks::new());
+    let epoch = acks.lock().assign("t", 0, Some(0));
+    let writer = Writer {
+        sink: sink.clone(),
+        acks,
+        dlq: DeadLetters::with(topic.clone(), "dlq"),
+        counters: Arc::new(Counters::default()),
+    };
+    let ctl = Control::new(strategy.build(7), rate, NonZeroU32::new(25).unwrap());
+    Setup {
+        sink,
+        topic,
+        writer,
+        ctl,
+        epoch,
+        next: 0,
+    }
+}
+
+impl Setup {
+    /// A batch of records with these JSON values, tracked on t/0.
+    fn batch(&mut self, values: &[String]) -> Vec<Slot> {
+        let mut b = Batch::new("tbl".into());
+        for json in values {
+            let offset = self.next;
+            self.next += 1;
+            self.writer.acks.lock().track("t", 0, offset).unwrap();
+            let at = Coordinates {
+                topic: "t",
+                partition: 0,
+                offset,
+            };
+            let decoded = decode(Some(json.as_bytes()), &schema(), KeyMode::Record, at).unwrap();
+            let at = RecordRef {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                epoch: self.epoch,
+            };
+            let record = Record::with_value(at, json.as_bytes());
+            assert!(!b.cannot_take(&decoded));
+            b.push(Entry { record, decoded });
+        }
+        b.into_slots()
+    }
+
+    fn keys(&mut self, n: usize) -> Vec<Slot> {
+        let values: Vec<String> = (0..n).map(|i| format!(r#"{{"id":"k{i}"}}"#)).collect();
+        self.batch(&values)
+    }
+
+    async fn write(&self, slots: Vec<Slot>) -> Result<(), FatalWrite> {
+        self.writer
+            .write("tbl", &schema(), slots, &self.ctl, 1)
+            .await
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        self.writer.acks.lock().watermark("t", 0)
+    }
+
+    fn pending(&self) -> usize {
+        self.writer.acks.lock().pending("t", 0)
+    }
+
+    fn close_after(&self, d: Duration) -> tokio::task::JoinHandle<()> {
+        let acks = self.writer.acks.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(d).await;
+            acks.close(&[("t".to_string(), 0)]);
+        })
+    }
+}
+
+fn throttled() -> WriteError {
+    WriteError::Throttled("ProvisionedThroughputExceededException".into())
+}
+
+#[tokio::test(start_paused = true)]
+async fn unprocessed_items_are_retried_alone() {
+    let script: Script = Box::new(|n, items| {
+        Ok(match n {
+            0 => unprocessed(items, |id| id == "k1" || id == "k3"),
+            _ => BatchOutcome::default(),
+        })
+    });
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.keys(5);
+    s.write(slots).await.unwrap();
+    let calls = s.sink.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].ids, ["k0", "k1", "k2", "k3", "k4"]);
+    assert_eq!(
+        calls[1].ids,
+        ["k1", "k3"],
+        "only the unprocessed are resent"
+    );
+    assert!(calls[1].at - calls[0].at >= Duration::from_millis(100));
+    assert_eq!(s.watermark(), Some(5));
+    let c = s.writer.counters.snapshot();
+    assert_eq!(
+        (c.items_written, c.unprocessed_items, c.throttled_requests),
+        (5, 2, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttles_back_off_on_the_strategys_schedule() {
+    let script: Script = Box::new(|n, _| {
+        if n < 3 {
+            Err(throttled())
+        } else {
+            Ok(BatchOutcome::default())
+        }
+    });
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.keys(3);
+    s.write(slots).await.unwrap();
+    let at: Vec<Duration> = s.sink.calls().iter().map(|c| c.at).collect();
+    assert_eq!(at.len(), 4);
+    let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    // 5 ms of latency, then 100, 200, 400 ms of backoff.
+    assert_eq!(gaps, [105, 205, 405]);
+    assert_eq!(s.ctl.report().metrics.went_up, 3);
+    assert_eq!(s.writer.counters.snapshot().throttled_requests, 3);
+    assert_eq!(s.watermark(), Some(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_errors_back_off_without_moving_the_strategy() {
+    let script: Script = Box::new(|n, _| {
+        if n < 2 {
+            Err(WriteError::Retryable("connection reset".into()))
+        } else {
+            Ok(BatchOutcome::default())
+        }
+    });
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.keys(2);
+    s.write(slots).await.unwrap();
+    let calls = s.sink.calls();
+    assert_eq!(calls.len(), 3);
+    assert!(calls[1].at - calls[0].at >= Duration::from_millis(70));
+    assert_eq!(s.ctl.report().metrics.went_up, 0, "not a capacity signal");
+    assert_eq!(s.writer.counters.snapshot().retryable_errors, 2);
+    assert_eq!(s.watermark(), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_batch_is_bisected_down_to_the_bad_record() {
+    let script: Script = Box::new(|_, items| {
+        if items.iter().any(|i| id_of(i) == "k13") {
+            Err(WriteError::Rejected("ValidationException: bad item".into()))
+        } else {
+            Ok(BatchOutcome::default())
+        }
+    });
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.keys(25);
+    s.write(slots).await.unwrap();
+    let calls = s.sink.calls();
+    assert!(
+        calls.len() <= 11,
+        "about 2 log2(25) calls, not 26: {}",
+        calls.len()
+    );
+    let mut written: Vec<String> = calls
+        .iter()
+        .filter(|c| !c.ids.iter().any(|i| i == "k13"))
+        .flat_map(|c| c.ids.clone())
+        .collect();
+    written.sort();
+    written.dedup();
+    assert_eq!(written.len(), 24, "every other record written");
+    let letters = s.topic.sent.lock().unwrap().clone();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        letters[0].header("ingest.error.reason"),
+        Some(&b"dynamodb_rejected"[..])
+    );
+    assert_eq!(letters[0].header("ingest.source.offset"), Some(&b"13"[..]));
+    assert_eq!(s.watermark(), Some(25));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_merged_key_is_replayed_record_by_record() {
+    let script: Script = Box::new(|_, items| {
+        if items.iter().any(|i| i.contains_key("bad")) {
+            Err(WriteError::Rejected("ValidationException".into()))
+        } else {
+            Ok(BatchOutcome::default())
+        }
+    });
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.batch(&[
+        r#"{"id":"a","v":1}"#.into(),
+        r#"{"id":"a","v":2,"bad":true}"#.into(),
+    ]);
+    assert_eq!(slots.len(), 1);
+    s.write(slots).await.unwrap();
+    let letters = s.topic.sent.lock().unwrap().clone();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].header("ingest.source.offset"), Some(&b"1"[..]));
+    assert_eq!(
+        s.sink.calls().len(),
+        3,
+        "merged, then v1 alone, then v2 alone"
+    );
+    assert_eq!(s.watermark(), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoked_partition_gets_no_retry() {
+    // Without fencing, the retry would land after the next owner's writes.
+    let script: Script = Box::new(|_, _| Err(throttled()));
+    let mut s = setup(script, exponential(1_000.0), None);
+    let slots = s.keys(3);
+    let closer = s.close_after(Duration::from_millis(300));
+    let started = tokio::time::Instant::now();
+    s.write(slots).await.unwrap();
+    assert_eq!(s.sink.calls().len(), 1, "no attempt after the revocation");
+    assert!(
+        started.elapsed() < Duration::from_millis(310),
+        "woken at the revocation"
+    );
+    assert_eq!(s.pending(), 0, "abandoned, not in flight");
+    assert_eq!(s.watermark(), Some(0), "nothing committed past them");
+    closer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reassigned_partition_is_not_written_by_the_old_epoch() {
+    let script: Script = Box::new(|n, items| {
+        Ok(if n == 0 {
+            unprocessed(items, |_| true)
+        } else {
+            BatchOutcome::default()
+        })
+    });
+    let mut s = setup(script, exponential(1_000.0), None);
+    let slots = s.keys(2);
+    let acks = s.writer.acks.clone();
+    let reassign = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        acks.close(&[("t".to_string(), 0)]);
+        acks.revoke(&[("t".to_string(), 0)]);
+        acks.lock().assign("t", 0, Some(0));
+    });
+    s.write(slots).await.unwrap();
+    reassign.await.unwrap();
+    assert_eq!(s.sink.calls().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_an_outage_wait_at_once() {
+    // DynamoDB unreachable: transient errors forever.
+    let script: Script = Box::new(|_, _| Err(WriteError::Retryable("connect refused".into())));
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.keys(4);
+    let closer = s.close_after(Duration::from_secs(30));
+    let started = tokio::time::Instant::now();
+    s.write(slots).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(30) && took < Duration::from_millis(30_010),
+        "{took:?}"
+    );
+    assert_eq!(s.pending(), 0);
+    closer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_pacing_wait_ends_when_the_partition_closes() {
+    // The first batch takes the whole burst; the next 25 WCU at 0.5 WCU/s
+    // is a 50 s wait; the close comes at 2 s.
+    let mut s = setup(
+        Box::new(|_, _| Ok(BatchOutcome::default())),
+        exponential(100.0),
+        Some(0.5),
+    );
+    let first = s.keys(25);
+    s.write(first).await.unwrap();
+    let slots = s.batch(
+        &(25..50)
+            .map(|i| format!(r#"{{"id":"k{i}"}}"#))
+            .collect::<Vec<_>>(),
+    );
+    let closer = s.close_after(Duration::from_secs(2));
+    let started = tokio::time::Instant::now();
+    s.write(slots).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(2_010),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.sink.calls().len(), 1, "the paced batch was never sent");
+    assert_eq!(s.watermark(), Some(25));
+    closer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_error_acks_nothing() {
+    let script: Script =
+        Box::new(|_, _| Err(WriteError::Fatal("ResourceNotFoundException".into())));
+    let mut s = setup(script, exponential(100.0), None);
+    let slots = s.keys(3);
+    let err = s.write(slots).await.unwrap_err();
+    assert!(err.to_string().contains("table tbl"), "{err}");
+    assert_eq!(s.watermark(), Some(0));
+    assert_eq!(s.pending(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_topic_that_refuses_is_fatal() {
+    let script: Script = Box::new(|_, _| Err(WriteError::Rejected("ValidationException".into())));
+    let mut s = setup(script, exponential(100.0), None);
+    *s.topic.always.lock().unwrap() = Some(rdkafka::error::KafkaError::MessageProduction(
+        rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed,
+    ));
+    let slots = s.keys(1);
+    let err = s.write(slots).await.unwrap_err();
+    assert!(matches!(err, FatalWrite::DeadLetters(_)), "{err}");
+    assert_eq!(s.watermark(), Some(0));
+}
