@@ -16,7 +16,7 @@ export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
 .SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-metrics
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-metrics chaos
 
 build:
 	$(CARGO) build
@@ -51,6 +51,12 @@ test: build stack tansu
 
 tansu:
 	bash localstack/tansu.sh
+
+# The chaos suite's full plan: 100,000 records, workers killed, stopped,
+# joining and leaving, broker restarts, DynamoDB outages, a capacity step;
+# report in target/chaos/report.{md,json}. `make test` runs its short mode.
+chaos: build stack tansu
+	CHAOS=full $(CARGO) test --test chaos -- --nocapture
 
 # Throttle strategies side by side through the capacity-enforcing proxy
 # (about 25 minutes); reports in target/bench/throttle.{md,json}.

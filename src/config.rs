@@ -107,6 +107,8 @@ struct RawDynamo {
     request_timeout_ms: u64,
     #[serde(default = "d_max_in_flight")]
     max_in_flight_batches: usize,
+    #[serde(default = "d_start_patience_s")]
+    start_patience_s: u64,
 }
 
 impl Default for RawDynamo {
@@ -116,6 +118,7 @@ impl Default for RawDynamo {
             region: None,
             request_timeout_ms: d_request_timeout_ms(),
             max_in_flight_batches: d_max_in_flight(),
+            start_patience_s: d_start_patience_s(),
         }
     }
 }
@@ -142,6 +145,8 @@ struct RawPipeline {
     batch_linger_ms: u64,
     #[serde(default = "d_max_buffered")]
     max_buffered_records: usize,
+    #[serde(default = "d_max_buffered_bytes")]
+    max_buffered_bytes: u64,
     #[serde(default = "d_drain_timeout_s")]
     drain_timeout_s: u64,
 }
@@ -151,6 +156,7 @@ impl Default for RawPipeline {
         Self {
             batch_linger_ms: d_linger_ms(),
             max_buffered_records: d_max_buffered(),
+            max_buffered_bytes: d_max_buffered_bytes(),
             drain_timeout_s: d_drain_timeout_s(),
         }
     }
@@ -247,6 +253,9 @@ fn d_metadata_timeout_ms() -> u64 {
 fn d_request_timeout_ms() -> u64 {
     10_000
 }
+fn d_start_patience_s() -> u64 {
+    60
+}
 fn d_max_in_flight() -> usize {
     4
 }
@@ -264,6 +273,9 @@ fn d_linger_ms() -> u64 {
 }
 fn d_max_buffered() -> usize {
     5_000
+}
+fn d_max_buffered_bytes() -> u64 {
+    64 * 1024 * 1024
 }
 fn d_drain_timeout_s() -> u64 {
     30
@@ -365,6 +377,9 @@ pub struct DynamoSettings {
     pub request_timeout: Duration,
     /// BatchWriteItem calls in flight at once, per table.
     pub max_in_flight_batches: usize,
+    /// At start, how long DescribeTable retries an unreachable or
+    /// unavailable DynamoDB before the worker gives up.
+    pub start_patience: Duration,
 }
 
 /// One topic written to one table.
@@ -381,6 +396,9 @@ pub struct Route {
 pub struct PipelineSettings {
     pub batch_linger: Duration,
     pub max_buffered_records: usize,
+    /// Bytes of records read and not yet written, dead-lettered or given up,
+    /// at most (the source pauses above it).
+    pub max_buffered_bytes: usize,
     pub drain_timeout: Duration,
 }
 
@@ -710,6 +728,12 @@ impl RawDynamo {
                 1,
                 256,
             )? as usize,
+            start_patience: Duration::from_secs(in_range(
+                "dynamodb.start_patience_s",
+                self.start_patience_s,
+                0,
+                3_600,
+            )?),
         })
     }
 }
@@ -835,6 +859,12 @@ impl RawPipeline {
                 self.max_buffered_records as u64,
                 25,
                 1_000_000,
+            )? as usize,
+            max_buffered_bytes: in_range(
+                "pipeline.max_buffered_bytes",
+                self.max_buffered_bytes,
+                1 << 20,
+                64 << 30,
             )? as usize,
             drain_timeout: Duration::from_secs(in_range(
                 "pipeline.drain_timeout_s",

@@ -8,24 +8,30 @@
 //!
 //! - [`config`]: the TOML file plus `INGEST__*` environment overrides, validated.
 //! - [`source`]: the Kafka consumer thread: poll, track, pause when full,
-//!   drain and commit on revocation and shutdown; [`backlog`] reads the
-//!   group's backlog on its own thread.
+//!   drain and commit on revocation and shutdown, batch mode's "caught up",
+//!   and the group's backlog read on a thread of its own.
+//! - [`record`]: the record as the pipeline carries it (not rdkafka's type).
 //! - [`offsets`]: the pure per-partition watermark (what may be committed);
-//!   [`acks`] shares it between the writers and the source thread.
-//! - [`decode`]: JSON record value -> DynamoDB item, key checks, size and WCU.
-//! - [`sink`]: batches under DynamoDB's limits, the write loop (unprocessed
-//!   items, throttles, rejections), and the DynamoDB client with the SDK's own
-//!   retries disabled.
-//! - [`backoff`]: the throttle strategies (AutoSleeper, linear, exponential,
-//!   Heroku's family, the adaptive rate controller) as pure state machines;
-//!   [`pace`] paces writes in capacity units at the rate they steer.
+//!   [`acks`] shares it between the writers and the source thread, and wakes
+//!   writers when partitions close.
+//! - [`pipeline`]: route -> decode -> batch -> dispatch, key order across
+//!   batches; [`decode`]: JSON record value -> DynamoDB item, key checks, size
+//!   and WCU.
+//! - [`sink`]: the `Sink` seam (DynamoDB client with the SDK's retries off, a
+//!   recording fake for tests), batches under DynamoDB's limits, the write
+//!   loop (fencing, unprocessed items, throttles, bisection), and the tables
+//!   (routes, capacity poll, share).
+//! - [`throttle`]: the one home of throttle control: strategies (AutoSleeper,
+//!   linear, exponential, Heroku's family, adaptive) as pure state machines,
+//!   the pacer, and the per-table control.
 //! - [`dlq`]: the dead-letter topic for records that can never be written.
-//! - [`worker`]: the wiring of all of the above.
+//! - [`worker`]: the wiring of all of the above, and bounded shutdown.
 //! - [`telemetry`]: logs and counters.
 //! - [`ops`]: what operators see: `/metrics` (Prometheus), `/healthz`,
 //!   `/readyz`, consumer lag, and the progress bar / ETA of a batch run.
 //! - [`proxy`]: `ingest throttle-proxy`, a DynamoDB proxy that enforces
-//!   provisioned write capacity as DynamoDB does (the emulators do not).
+//!   provisioned write capacity as DynamoDB does (the emulators do not), and
+//!   injects outages.
 //! - [`sim`]: `ingest sim`, the fleet simulator in virtual time that scores
 //!   the strategies (the same code) on scenario files, with charts.
 //! - [`devbroker`] and [`tools`]: the embedded Kafka broker for the local stack,
@@ -33,7 +39,6 @@
 //!   records, show a table).
 
 pub mod acks;
-pub mod backlog;
 pub mod config;
 pub mod decode;
 pub mod devbroker;

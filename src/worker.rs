@@ -56,9 +56,24 @@ pub struct Outcome {
     pub tables: Vec<TableReport>,
 }
 
+impl Outcome {
+    fn stopped_at_start() -> Self {
+        Outcome {
+            exit: SourceExit::Stopped,
+            totals: Snapshot::default(),
+            dead_letters: BTreeMap::new(),
+            tables: Vec::new(),
+        }
+    }
+}
+
 /// Beyond the drain deadline, how long the pipeline may take to finish the
 /// attempts on the wire, on top of one request timeout.
 const FINISH_GRACE: Duration = Duration::from_secs(1);
+
+/// How long the Kafka consumer may take to close (leave the group) after the
+/// drain and the pipeline's finish, before the worker exits without it.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the worker until `shutdown` fires, it is caught up (if asked), or a
 /// fatal error. Returns how it ended and the final counters.
@@ -75,8 +90,14 @@ pub async fn run(
     let sink: Arc<dyn Sink> =
         Arc::new(Dynamo::connect(&settings.dynamodb, settings.throttle.sdk_retry_mode).await);
     let seed = process_seed();
-    let routes =
-        tables::resolve_routes(sink.as_ref(), &settings, seed, exporter.as_deref()).await?;
+    let resolving = tables::resolve_routes(sink.as_ref(), &settings, seed, exporter.as_deref());
+    let routes = tokio::select! {
+        routes = resolving => routes?,
+        () = shutdown.cancelled() => {
+            info!("shutdown requested while starting: nothing was consumed");
+            return Ok(Outcome::stopped_at_start());
+        }
+    };
     let tables = tables::distinct_tables(&routes);
     let dlq = DeadLetters::new(&settings.kafka).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
@@ -125,6 +146,10 @@ pub async fn run(
         stop: CancellationToken::new(),
         abort: CancellationToken::new(),
         finish_within: settings.dynamodb.request_timeout + FINISH_GRACE,
+        stop_within: settings.pipeline.drain_timeout
+            + settings.dynamodb.request_timeout
+            + FINISH_GRACE
+            + CLOSE_GRACE,
     };
     let opts = SourceOptions {
         kafka: settings.kafka.clone(),
@@ -134,6 +159,8 @@ pub async fn run(
         live,
         stats_interval: (settings.ops.listen.is_some() && !settings.ops.lag_interval.is_zero())
             .then_some(settings.ops.lag_interval),
+        buffered: Arc::default(),
+        max_buffered_bytes: settings.pipeline.max_buffered_bytes,
     };
     let source = {
         let (acks, counters, stop, abort) = (
@@ -218,6 +245,9 @@ struct Halves {
     abort: CancellationToken,
     /// After the source ended, how long the pipeline may take to finish.
     finish_within: Duration,
+    /// From the stop, how long both may take in all (a consumer that cannot
+    /// close, say a broker that never answers, does not hold the exit).
+    stop_within: Duration,
 }
 
 type SourceTask = tokio::task::JoinHandle<Result<SourceExit, SourceError>>;
@@ -229,10 +259,19 @@ impl Halves {
         piped: impl std::future::Future<Output = Result<(), PipelineError>>,
     ) -> Result<SourceExit, WorkerError> {
         tokio::pin!(piped);
+        let deadline = async {
+            self.stop.cancelled().await;
+            tokio::time::sleep(self.stop_within).await;
+        };
         let joined = |r: Result<_, tokio::task::JoinError>| {
             r.map_err(|e| WorkerError::Task(format!("the Kafka source thread failed: {e}")))
         };
         tokio::select! {
+            () = deadline => {
+                warn!(waited_s = self.stop_within.as_secs_f64(),
+                    "the Kafka consumer did not close in time after the drain; exiting without it (what was written is committed)");
+                Ok(SourceExit::DrainTimedOut)
+            }
             piped = &mut piped => {
                 if piped.is_err() {
                     self.abort.cancel();

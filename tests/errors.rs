@@ -56,7 +56,10 @@ async fn unreachable_dynamodb_at_start_exits_1_naming_the_endpoint() {
     let s = Setup::new(1, "").await;
     let (code, text) = run_with(
         &s,
-        &[("INGEST__DYNAMODB__ENDPOINT_URL", "http://127.0.0.1:9")],
+        &[
+            ("INGEST__DYNAMODB__ENDPOINT_URL", "http://127.0.0.1:9"),
+            ("INGEST__DYNAMODB__START_PATIENCE_S", "2"),
+        ],
     );
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("http://127.0.0.1:9"), "{text}");

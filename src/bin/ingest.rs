@@ -193,13 +193,17 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FATAL);
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let code = match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_FATAL)
         }
-    }
+    };
+    // A Kafka client thread that cannot close (a broker that never answers)
+    // does not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    code
 }
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
@@ -308,6 +312,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 region: None,
                 request_timeout: std::time::Duration::from_secs(10),
                 max_in_flight_batches: 1,
+                start_patience: std::time::Duration::ZERO,
             };
             let dynamo = Dynamo::connect(&settings, SdkRetryMode::Off).await;
             let (count, items) = tools::show_table(&dynamo, &table, limit).await?;

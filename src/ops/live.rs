@@ -35,6 +35,8 @@ pub struct Live {
     /// Consumer lag per assigned partition, as librdkafka last reported it.
     lag: Mutex<BTreeMap<TopicPartition, i64>>,
     reach: Mutex<Reach>,
+    /// Kafka's reachability, as the consumer and the backlog reader see it.
+    kafka: Mutex<Reach>,
     stall: Mutex<Stall>,
     stuck_after: Duration,
     progress: Mutex<Option<ProgressView>>,
@@ -60,6 +62,7 @@ impl Live {
             left_at: Mutex::default(),
             lag: Mutex::default(),
             reach: Mutex::new(Reach { ok: now, err: None }),
+            kafka: Mutex::new(Reach { ok: now, err: None }),
             stall: Mutex::new(Stall::new(now)),
             stuck_after,
             progress: Mutex::default(),
@@ -104,6 +107,16 @@ impl Live {
         lock(&self.reach).err = Some((Instant::now(), why));
     }
 
+    /// Kafka answered (a record, or a reading of the group's backlog).
+    pub fn kafka_ok(&self) {
+        lock(&self.kafka).ok = Instant::now();
+    }
+
+    /// The Kafka client reported an error (brokers down, transport failure).
+    pub fn kafka_err(&self, why: String) {
+        lock(&self.kafka).err = Some((Instant::now(), why));
+    }
+
     /// The backlog of the held partitions: from where each started to its end.
     pub fn backlog(&self) -> Backlog {
         let positions = lock(&self.positions).clone();
@@ -141,9 +154,11 @@ impl Live {
         };
         let stuck_for = lock(&self.stall).observe(self.finished(), waiting, now, self.stuck_after);
         let dynamodb = lock(&self.reach).state();
+        let kafka = lock(&self.kafka).state();
         Readiness {
             assigned,
             dynamodb,
+            kafka,
             stuck_for,
         }
     }
@@ -207,13 +222,15 @@ pub struct Readiness {
     pub assigned: usize,
     /// DynamoDB's last answer (Err: why it failed).
     pub dynamodb: Result<(), String>,
+    /// Kafka's last answer (Err: the client's last error, newer than it).
+    pub kafka: Result<(), String>,
     /// Set when records have waited with nothing written for too long.
     pub stuck_for: Option<Duration>,
 }
 
 impl Readiness {
     pub fn ready(&self) -> bool {
-        self.assigned > 0 && self.dynamodb.is_ok() && self.stuck_for.is_none()
+        self.assigned > 0 && self.dynamodb.is_ok() && self.kafka.is_ok() && self.stuck_for.is_none()
     }
 
     /// The body of `/readyz`: the verdict and each check.
@@ -222,6 +239,10 @@ impl Readiness {
             "ready": self.ready(),
             "assigned_partitions": self.assigned,
             "dynamodb": match &self.dynamodb {
+                Ok(()) => "reachable".to_string(),
+                Err(why) => format!("unreachable: {why}"),
+            },
+            "kafka": match &self.kafka {
                 Ok(()) => "reachable".to_string(),
                 Err(why) => format!("unreachable: {why}"),
             },
@@ -256,12 +277,19 @@ mod tests {
     }
 
     #[test]
-    fn readiness_needs_partitions_dynamodb_and_no_stall() {
+    fn readiness_needs_partitions_dynamodb_kafka_and_no_stall() {
         let ok = Readiness {
             assigned: 2,
             dynamodb: Ok(()),
+            kafka: Ok(()),
             stuck_for: None,
         };
+        let no_kafka = Readiness {
+            kafka: Err("AllBrokersDown".into()),
+            ..ok.clone()
+        };
+        assert!(!no_kafka.ready());
+        assert_eq!(no_kafka.to_json()["kafka"], "unreachable: AllBrokersDown");
         assert!(ok.ready());
         assert!(!Readiness {
             assigned: 0,

@@ -13,6 +13,8 @@
 //!   /_proxy/capacity?table=T&wcu=N`, or a `--schedule` of steps after each
 //!   table's first write. A change also runs UpdateTable upstream, so
 //!   DescribeTable reports the new capacity as it would on AWS.
+//! - Outages, for fault tests: `POST /_proxy/outage?seconds=N` answers every
+//!   DynamoDB call with HTTP 503 `ServiceUnavailable` for N seconds.
 //! - `GET /_proxy/stats`: per table, requests, throttled (400) and partial
 //!   (some unprocessed) requests, accepted items and WCU, unprocessed items, and
 //!   the capacity offered between the first write and the last accepted one.
@@ -134,6 +136,8 @@ struct Proxy {
     client: Client<HttpConnector, Full<Bytes>>,
     dynamo: Dynamo,
     epoch: Instant,
+    /// Until when every DynamoDB call fails with 503 (an outage).
+    down_until: Mutex<Option<Instant>>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -151,6 +155,7 @@ pub async fn serve(cfg: ProxyConfig, shutdown: CancellationToken) -> Result<(), 
         client: Client::builder(TokioExecutor::new()).build_http(),
         tables: Mutex::new(HashMap::new()),
         epoch: Instant::now(),
+        down_until: Mutex::new(None),
         cfg,
     });
     info!(listen = %proxy.cfg.listen, upstream = %proxy.cfg.upstream, wcu = ?proxy.cfg.wcu, "throttle proxy ready");
@@ -207,6 +212,19 @@ impl Proxy {
         let path = req.uri().path().to_string();
         if path.starts_with("/_proxy/") {
             return self.admin(&path, req.uri().query().unwrap_or("")).await;
+        }
+        if self
+            .down_until
+            .lock()
+            .unwrap()
+            .is_some_and(|t| Instant::now() < t)
+        {
+            return respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"__type": "com.amazonaws.dynamodb.v20120810#ServiceUnavailable",
+                    "message": "outage injected by the throttle proxy"})
+                .to_string(),
+            );
         }
         let target = req
             .headers()
@@ -499,6 +517,18 @@ impl Proxy {
                     StatusCode::OK,
                     json!({ "table": table, "wcu": wcu }).to_string(),
                 )
+            }
+            "/_proxy/outage" => {
+                let Some(secs) = q.get("seconds").and_then(|w| w.parse::<f64>().ok()) else {
+                    return respond(
+                        StatusCode::BAD_REQUEST,
+                        "usage: POST /_proxy/outage?seconds=N".into(),
+                    );
+                };
+                let until = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+                *self.down_until.lock().unwrap() = Some(until);
+                warn!(seconds = secs, "outage (admin): every call answers 503");
+                respond(StatusCode::OK, json!({ "outage_s": secs }).to_string())
             }
             _ => respond(StatusCode::NOT_FOUND, "unknown admin path".into()),
         }

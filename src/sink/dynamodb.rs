@@ -27,11 +27,12 @@ const THROTTLE_CODES: &[&str] = &[
     "RequestLimitExceeded",
 ];
 /// Error codes that say the request can never succeed as sent.
-const REJECT_CODES: &[&str] = &[
-    "ValidationException",
-    "ItemCollectionSizeLimitExceededException",
-    "SerializationException",
-];
+const REJECT_CODES: &[&str] = &["ValidationException", "SerializationException"];
+/// A condition of the table, not of a record: an item collection (a partition
+/// key's items with a local secondary index) reached 10 GB. Dead-lettering
+/// would empty the stream into the dead-letter topic; the worker stops and
+/// says why (see `classify_service`).
+const TABLE_CONDITION_CODES: &[&str] = &["ItemCollectionSizeLimitExceededException"];
 /// Error codes that are transient despite a 4xx status.
 const RETRY_CODES: &[&str] = &[
     "ExpiredTokenException",
@@ -263,6 +264,10 @@ impl Sink for Dynamo {
 fn classify_service(status: u16, code: &str, text: String) -> WriteError {
     if THROTTLE_CODES.contains(&code) || status == 429 {
         WriteError::Throttled(text)
+    } else if TABLE_CONDITION_CODES.contains(&code) {
+        WriteError::Fatal(format!(
+            "{text} (an item collection reached DynamoDB's 10 GB limit: delete items of that partition key or drop the local secondary index, then restart)"
+        ))
     } else if REJECT_CODES.contains(&code) {
         WriteError::Rejected(text)
     } else if RETRY_CODES.contains(&code) || status >= 500 {
@@ -296,6 +301,10 @@ mod tests {
             WriteError::Retryable(_)
         ));
         assert!(matches!(c(503, ""), WriteError::Retryable(_)));
+        assert!(matches!(
+            c(400, "ItemCollectionSizeLimitExceededException"),
+            WriteError::Fatal(_)
+        ));
         assert!(matches!(
             c(400, "ResourceNotFoundException"),
             WriteError::Fatal(_)

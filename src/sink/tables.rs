@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
-use super::{Sink, WriteError};
+use super::{Sink, TableInfo, WriteError};
 use crate::config::{check_kafka_key_schema, Route, Settings};
 use crate::decode::{KeyMode, KeySchema};
+use crate::offsets::TopicPartition;
 use crate::ops::live::Live;
 use crate::ops::prom::Exporter;
 use crate::source::Assignment;
@@ -78,8 +79,7 @@ pub async fn resolve_routes(
         let resolved = match tables.get(table) {
             Some(t) => t.clone(),
             None => {
-                let info = sink
-                    .describe(table)
+                let info = describe_patiently(sink, table, settings.dynamodb.start_patience)
                     .await
                     .map_err(|source| TableError::Describe {
                         table: table.clone(),
@@ -127,6 +127,30 @@ pub async fn resolve_routes(
     Ok(routes)
 }
 
+/// DescribeTable, retrying transient failures and throttles for up to
+/// `patience` (a worker restarted during an outage waits for DynamoDB
+/// instead of failing at once); other errors fail at once.
+async fn describe_patiently(
+    sink: &dyn Sink,
+    table: &str,
+    patience: Duration,
+) -> Result<TableInfo, WriteError> {
+    let give_up = Instant::now() + patience;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match sink.describe(table).await {
+            Err(e @ (WriteError::Retryable(_) | WriteError::Throttled(_)))
+                if Instant::now() + delay < give_up =>
+            {
+                warn!(table, error = %e, retry_in_ms = delay.as_millis() as u64, "DescribeTable failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Each table once.
 pub fn distinct_tables(routes: &Routes) -> Vec<Arc<Table>> {
     let mut out: Vec<Arc<Table>> = Vec::new();
@@ -163,7 +187,7 @@ pub async fn log_controls(tables: Vec<Arc<Table>>, counters: Arc<Counters>) {
 
 /// Keeps each table's share current: the worker's share of the work on the
 /// topics routed to the table, by backlog and partitions (see
-/// [`Assignment::share`]; the adaptive strategy paces to it).
+/// [`share`]; the adaptive strategy paces to it).
 pub fn follow_assignment(
     mut rx: tokio::sync::watch::Receiver<Assignment>,
     routes: &Routes,
@@ -183,8 +207,8 @@ pub fn follow_assignment(
         while rx.changed().await.is_ok() {
             let a = rx.borrow_and_update().clone();
             for (t, topics) in &tables {
-                if let Some(share) = a.share(topics) {
-                    t.control.set_share(Some(share));
+                if let Some(s) = share(&a, topics) {
+                    t.control.set_share(Some(s));
                 }
             }
         }
@@ -245,4 +269,86 @@ pub fn poll_capacity(
         });
     }
     set
+}
+
+/// How many records of backlog one partition weighs in [`share`]
+/// even when it has none: without a backlog, the share is the share of
+/// partitions.
+const PARTITION_WEIGHT: f64 = 100.0;
+
+/// This worker's share of the work of `topics`: its backlog plus a base
+/// weight per partition, over the group's. With a large backlog (a batch
+/// job, a catch-up) it is the share of the records left, so a worker whose
+/// peers are done takes the capacity they no longer use; with none it is
+/// the share of partitions. None when the topics' partitions are unknown.
+pub fn share(a: &Assignment, topics: &[String]) -> Option<f64> {
+    let in_topics = |t: &str| topics.iter().any(|x| x == t);
+    let total_parts: usize = topics.iter().filter_map(|t| a.partitions.get(t)).sum();
+    if total_parts == 0 {
+        return None;
+    }
+    let mine: Vec<&TopicPartition> = a.assigned.iter().filter(|(t, _)| in_topics(t)).collect();
+    let lag = |tp: &TopicPartition| a.backlog.get(tp).copied().unwrap_or(0).max(0) as f64;
+    let total_lag: f64 = a
+        .backlog
+        .iter()
+        .filter(|((t, _), _)| in_topics(t))
+        .map(|(tp, _)| lag(tp))
+        .sum();
+    let my_lag: f64 = mine.iter().map(|tp| lag(tp)).sum();
+    let w = PARTITION_WEIGHT;
+    Some((my_lag + w * mine.len() as f64) / (total_lag + w * total_parts as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn assignment(mine: &[i32], backlog: &[i64]) -> Assignment {
+        Assignment {
+            assigned: mine.iter().map(|p| ("t".to_string(), *p)).collect(),
+            partitions: HashMap::from([("t".to_string(), backlog.len())]),
+            backlog: backlog
+                .iter()
+                .enumerate()
+                .map(|(p, n)| (("t".to_string(), p as i32), *n))
+                .collect(),
+        }
+    }
+
+    fn share_of(a: &Assignment) -> f64 {
+        share(a, &["t".to_string()]).unwrap()
+    }
+
+    #[test]
+    fn without_a_backlog_the_share_is_the_share_of_partitions() {
+        assert!((share_of(&assignment(&[0, 1], &[0; 6])) - 2.0 / 6.0).abs() < 1e-12);
+        let unknown = Assignment {
+            backlog: HashMap::new(),
+            ..assignment(&[0], &[0, 0, 0])
+        };
+        assert!((share_of(&unknown) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(share(&assignment(&[], &[]), &["t".to_string()]), None);
+    }
+
+    #[test]
+    fn with_a_backlog_the_share_follows_the_records_left() {
+        // Even backlogs: the share of partitions.
+        let even = assignment(&[0, 1], &[5_000; 6]);
+        assert!((share_of(&even) - 2.0 / 6.0).abs() < 1e-12);
+        // Peers done, this worker's partitions still full: nearly all of it.
+        let last = assignment(&[0, 1], &[5_000, 5_000, 0, 0, 0, 0]);
+        assert!(share_of(&last) > 0.95, "{}", share_of(&last));
+        // This worker done, peers busy: little, never nothing.
+        let done = assignment(&[0, 1], &[0, 0, 5_000, 5_000, 5_000, 5_000]);
+        assert!(share_of(&done) > 0.0 && share_of(&done) < 0.02);
+        // Shares of all the group's workers add up to 1.
+        let b = [900, 100, 3_000, 0, 40, 7];
+        let sum: f64 = [&[0, 1][..], &[2, 3], &[4, 5]]
+            .iter()
+            .map(|m| share_of(&assignment(m, &b)))
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-12);
+    }
 }

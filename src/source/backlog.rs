@@ -48,7 +48,10 @@ pub struct Cadence {
 }
 
 /// Where the group is (or starts) on a partition: its committed offset, or
-/// where the reset policy starts one it never committed.
+/// where the reset policy starts one it never committed, or whose committed
+/// offset is outside the partition's range (the topic was recreated, or
+/// retention deleted the records): the consumer resets those too, so the
+/// caught-up test must not take the stale offset for a position.
 pub fn group_start(
     committed: &TopicPartitionList,
     topic: &str,
@@ -60,7 +63,7 @@ pub fn group_start(
         .find_partition(topic, partition)
         .map(|e| e.offset())
     {
-        Some(Offset::Offset(o)) => o,
+        Some(Offset::Offset(o)) if (low..=high).contains(&o) => o,
         _ if starts_at_end => high,
         _ => low,
     }
@@ -181,5 +184,22 @@ mod tests {
         assert_eq!(group_start(&tpl, "t", 1, (10, 90), false), 10);
         assert_eq!(group_start(&tpl, "t", 1, (10, 90), true), 90);
         assert_eq!(group_start(&tpl, "t", 2, (10, 90), true), 90, "absent");
+    }
+
+    #[test]
+    fn a_committed_offset_outside_the_partition_is_reset_by_the_policy() {
+        // The topic was recreated with fewer records, or retention passed it.
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("t", 0, Offset::Offset(5_000))
+            .unwrap();
+        tpl.add_partition_offset("t", 1, Offset::Offset(3)).unwrap();
+        assert_eq!(group_start(&tpl, "t", 0, (0, 90), false), 0);
+        assert_eq!(group_start(&tpl, "t", 0, (0, 90), true), 90);
+        assert_eq!(group_start(&tpl, "t", 1, (10, 90), false), 10);
+        assert_eq!(
+            group_start(&tpl, "t", 0, (0, 5_000), false),
+            5_000,
+            "at the end is in range"
+        );
     }
 }

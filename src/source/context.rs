@@ -1,0 +1,185 @@
+//! The consumer's context: librdkafka calls it from `poll`. Rebalance
+//! callbacks drain the revoked partitions' in-flight writes (up to the drain
+//! deadline), commit and forget them; assignments start tracking. Stats give
+//! each held partition's consumer lag.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientContext, TopicPartitionList};
+use tracing::{info, warn};
+
+use super::poller::commit;
+use super::{fmt_tps, tps_of, Assignment};
+use crate::acks::Acks;
+use crate::offsets::TopicPartition;
+use crate::ops::live::Live;
+use crate::record::Record;
+use crate::telemetry::Counters;
+
+pub(super) struct Ctx {
+    pub(super) acks: Arc<Acks>,
+    pub(super) held: Mutex<VecDeque<Record>>,
+    pub(super) paused: AtomicBool,
+    pub(super) closing: AtomicBool,
+    pub(super) assigned_once: AtomicBool,
+    /// Between a revocation and the next assignment (eager rebalancing): the
+    /// worker holds nothing, which must not read as "caught up".
+    pub(super) rebalancing: AtomicBool,
+    /// Since when the worker has held no partition while waiting for an
+    /// assignment (from the subscription, or the last revocation).
+    pub(super) unassigned_since: Mutex<Option<Instant>>,
+    pub(super) drain_timeout: Duration,
+    /// End offset seen at assignment, per partition; absent until learnt.
+    pub(super) targets: Mutex<HashMap<TopicPartition, i64>>,
+    /// Partitions whose start position and end offset are still to be learnt.
+    pub(super) to_learn: Mutex<Vec<TopicPartition>>,
+    pub(super) counters: Arc<Counters>,
+    /// Each source topic's partition count (from the metadata at start).
+    pub(super) partitions: Mutex<HashMap<String, usize>>,
+    pub(super) assignment: tokio::sync::watch::Sender<Assignment>,
+    pub(super) live: Arc<Live>,
+}
+
+impl ClientContext for Ctx {
+    /// Consumer lag of each held partition (librdkafka: end offset minus the
+    /// committed offset), for the metrics endpoint.
+    fn stats(&self, stats: rdkafka::Statistics) {
+        let mut lag = std::collections::BTreeMap::new();
+        for (name, topic) in &stats.topics {
+            for p in topic.partitions.values() {
+                if p.partition >= 0 && p.desired && p.consumer_lag >= 0 {
+                    lag.insert((name.clone(), p.partition), p.consumer_lag);
+                }
+            }
+        }
+        self.live.set_lag(lag);
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                self.rebalancing.store(true, SeqCst);
+                *self.unassigned_since.lock().unwrap() = Some(Instant::now());
+                self.on_revoke(consumer, tpl)
+            }
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+            Rebalance::Assign(_) => {}
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let tps = tps_of(tpl);
+            {
+                let mut tracker = self.acks.lock();
+                for (t, p) in &tps {
+                    tracker.assign(t, *p, None);
+                }
+            }
+            self.to_learn.lock().unwrap().extend(tps.iter().cloned());
+            if self.paused.load(SeqCst) {
+                let _ = consumer.pause(tpl);
+            }
+            self.assigned_once.store(true, SeqCst);
+            self.rebalancing.store(false, SeqCst);
+            *self.unassigned_since.lock().unwrap() = None;
+            self.publish_assignment();
+            info!(partitions = %fmt_tps(&tps), "partitions assigned");
+        }
+    }
+}
+
+impl Ctx {
+    pub(super) fn new(
+        acks: Arc<Acks>,
+        counters: Arc<Counters>,
+        drain_timeout: Duration,
+        assignment: tokio::sync::watch::Sender<Assignment>,
+        live: Arc<Live>,
+    ) -> Self {
+        Ctx {
+            acks,
+            held: Mutex::new(VecDeque::new()),
+            paused: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            assigned_once: AtomicBool::new(false),
+            rebalancing: AtomicBool::new(false),
+            unassigned_since: Mutex::new(Some(Instant::now())),
+            drain_timeout,
+            targets: Mutex::new(HashMap::new()),
+            to_learn: Mutex::new(Vec::new()),
+            counters,
+            partitions: Mutex::new(HashMap::new()),
+            assignment,
+            live,
+        }
+    }
+
+    /// Drains the revoked partitions' in-flight records, commits, forgets them.
+    pub(super) fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let tps = tps_of(tpl);
+        self.drop_held(|t, p| tps.iter().any(|(tt, pp)| tt == t && *pp == p));
+        // Writes under way finish; records not yet being written are abandoned.
+        self.acks.close(&tps);
+        let wait = if self.closing.load(SeqCst) {
+            Duration::ZERO
+        } else {
+            self.drain_timeout
+        };
+        let drained = self.acks.wait_until(Instant::now() + wait, |t| {
+            tps.iter().all(|(topic, p)| t.pending(topic, *p) == 0)
+        });
+        if !drained {
+            warn!(partitions = %fmt_tps(&tps), "revoked partitions not drained in time; unwritten records will be redelivered to the next owner");
+        }
+        if consumer.assignment_lost() {
+            warn!("assignment lost (session timed out): not committing revoked partitions");
+        } else if let Err(e) = commit(consumer, &self.acks, &self.counters, Some(&tps)) {
+            warn!(error = %e, "commit on revocation failed");
+        }
+        {
+            let tracker = self.acks.lock();
+            let mut targets = self.targets.lock().unwrap();
+            for (t, p) in &tps {
+                // At the final unsubscribe the run's progress keeps them.
+                match tracker.watermark(t, *p) {
+                    Some(at) if self.closing.load(SeqCst) => self.live.left((t.clone(), *p), at),
+                    _ => self.live.forget(&(t.clone(), *p)),
+                }
+                targets.remove(&(t.clone(), *p));
+            }
+        }
+        self.acks.revoke(&tps);
+        self.publish_assignment();
+        info!(partitions = %fmt_tps(&tps), "partitions revoked");
+    }
+
+    pub(super) fn publish_assignment(&self) {
+        let backlog = self.assignment.borrow().backlog.clone();
+        let a = Assignment {
+            assigned: self.acks.lock().assigned(),
+            partitions: self.partitions.lock().unwrap().clone(),
+            backlog,
+        };
+        self.assignment.send_replace(a);
+    }
+
+    /// Drops held (not yet forwarded) records matching `which`, untracking them.
+    pub(super) fn drop_held(&self, which: impl Fn(&str, i32) -> bool) {
+        let mut held = self.held.lock().unwrap();
+        let mut tracker = self.acks.lock();
+        held.retain(|r| {
+            let drop = which(&r.at.topic, r.at.partition);
+            if drop {
+                tracker.untrack_from(&r.at.topic, r.at.partition, r.at.offset);
+            }
+            !drop
+        });
+    }
+}

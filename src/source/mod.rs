@@ -1,0 +1,277 @@
+//! The Kafka source: one thread that owns the consumer.
+//!
+//! It polls the consumer group, tracks every record it forwards (in delivery
+//! order) and hands records to the async pipeline through a bounded channel.
+//! When the channel is full it **pauses** its partitions and keeps polling, so
+//! a slow table never makes it miss `max.poll.interval.ms`. It commits the
+//! acked watermarks periodically, on revocation (after draining the revoked
+//! partitions' in-flight writes), and at shutdown. Draining marks the
+//! partitions closing: writes under way finish, records not yet being written
+//! are abandoned (and read again by the next owner).
+//!
+//! It is a thread, not a task, because librdkafka runs rebalance callbacks
+//! inside `poll`, and a revocation must block until the writes of the revoked
+//! partitions are acknowledged. Deliberately not here: decoding and writing.
+//!
+//! - [`context`]: the consumer's context: rebalance callbacks (drain, commit
+//!   and forget revoked partitions), consumer lag from librdkafka's stats.
+//! - [`poller`]: the poll loop: track, forward, pause, learn positions,
+//!   commit, drain.
+//! - [`caught_up`]: batch mode's judgement: this worker's partitions and the
+//!   group's, against their end offsets.
+//! - [`backlog`]: the group's backlog per partition, read on its own thread
+//!   (for shares of a table and for the group's progress).
+
+pub mod backlog;
+mod caught_up;
+mod context;
+mod poller;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::TopicPartitionList;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::acks::Acks;
+use crate::config::KafkaSettings;
+use crate::offsets::TopicPartition;
+use crate::ops::live::Live;
+use crate::record::Record;
+use crate::telemetry::Counters;
+use backlog::{BacklogReader, Cadence};
+use context::Ctx;
+use poller::{Poller, BACKLOG_CALL_TIMEOUT, BACKLOG_REFRESH, GROUP_DONE_POLL};
+
+/// Why the source stopped (when it stopped without an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceExit {
+    /// Asked to stop; everything in flight was written and committed.
+    Stopped,
+    /// `--until-caught-up`: every assigned partition is committed up to its end.
+    CaughtUp,
+    /// Asked to stop, but the drain deadline passed with records in flight;
+    /// what was written is committed, the rest will be redelivered.
+    DrainTimedOut,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot reach Kafka at {brokers}: {cause}")]
+    Unreachable { brokers: String, cause: KafkaError },
+    #[error("topics missing on the Kafka cluster at {brokers}: {topics:?} (create them first)")]
+    MissingTopics {
+        brokers: String,
+        topics: Vec<String>,
+    },
+    #[error("kafka consumer: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("the pipeline stopped before the source")]
+    PipelineClosed,
+}
+
+/// The partitions this worker holds, each topic's partition count, and the
+/// group's backlog per partition: what the throttle control needs to know its
+/// share of a table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Assignment {
+    pub assigned: Vec<TopicPartition>,
+    pub partitions: HashMap<String, usize>,
+    /// Records left per partition of the subscribed topics, whoever holds it
+    /// (end offset minus the group's committed position). Refreshed every few
+    /// seconds; empty until then.
+    pub backlog: HashMap<TopicPartition, i64>,
+}
+
+/// What the source needs to run.
+#[derive(Debug, Clone)]
+pub struct SourceOptions {
+    pub kafka: KafkaSettings,
+    pub topics: Vec<String>,
+    pub until_caught_up: bool,
+    pub drain_timeout: Duration,
+    /// Where positions and lag are published for the operator endpoints.
+    pub live: Arc<Live>,
+    /// librdkafka's statistics interval, for consumer lag (None: no stats).
+    pub stats_interval: Option<Duration>,
+    /// Bytes of records read and not yet done (each record gives its share
+    /// back when dropped); the source pauses at `max_buffered_bytes`.
+    pub buffered: Arc<std::sync::atomic::AtomicUsize>,
+    pub max_buffered_bytes: usize,
+}
+
+/// Builds the consumer configuration: ours first, then the pass-through
+/// properties (validation refused those we must own).
+pub fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", &kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    for (k, v) in &kafka.properties {
+        cfg.set(k, v);
+    }
+    cfg
+}
+
+/// Runs the source until stopped, caught up, or failed. Blocking: call it
+/// from a dedicated thread.
+pub fn run(
+    opts: SourceOptions,
+    tx: mpsc::Sender<Record>,
+    acks: Arc<Acks>,
+    counters: Arc<Counters>,
+    stop: CancellationToken,
+    abort: CancellationToken,
+    assignment: tokio::sync::watch::Sender<Assignment>,
+) -> Result<SourceExit, SourceError> {
+    let ctx = Ctx::new(
+        acks.clone(),
+        counters.clone(),
+        opts.drain_timeout,
+        assignment,
+        opts.live.clone(),
+    );
+    let mut config = consumer_config(&opts.kafka);
+    if !opts
+        .kafka
+        .properties
+        .contains_key("queued.max.messages.kbytes")
+    {
+        // librdkafka's prefetch queue (64 MB by default) is sized to half the
+        // pipeline's byte budget, so the two together stay within 1.5 times it.
+        let kb = (opts.max_buffered_bytes / 2 / 1024).clamp(1024, 65_536);
+        config.set("queued.max.messages.kbytes", kb.to_string());
+    }
+    if let Some(every) = opts.stats_interval {
+        if !opts.kafka.properties.contains_key("statistics.interval.ms") {
+            config.set("statistics.interval.ms", every.as_millis().to_string());
+        }
+    }
+    let consumer: BaseConsumer<Ctx> = config.create_with_context(ctx)?;
+    *consumer.context().partitions.lock().unwrap() = check_topics(&consumer, &opts)?;
+    let parts: Vec<TopicPartition> = {
+        let counts = consumer.context().partitions.lock().unwrap();
+        opts.topics
+            .iter()
+            .flat_map(|t| (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p)))
+            .collect()
+    };
+    let cadence = Cadence {
+        every: BACKLOG_REFRESH,
+        hurried: GROUP_DONE_POLL,
+        call_timeout: opts.kafka.metadata_timeout.min(BACKLOG_CALL_TIMEOUT),
+    };
+    let backlog = BacklogReader::spawn(
+        &consumer_config(&opts.kafka),
+        parts,
+        starts_at_end(&opts.kafka),
+        cadence,
+    )
+    .inspect_err(
+        |e| warn!(error = %e, "cannot start the backlog reader: shares by partitions only"),
+    )
+    .ok();
+    let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    let mut poller = Poller {
+        consumer,
+        opts,
+        tx,
+        counters,
+        next_commit: Instant::now(),
+        backlog,
+        group_targets: HashMap::new(),
+        group_positions: HashMap::new(),
+        done_at: None,
+        abort,
+        stall_warned: None,
+        group_moved_at: None,
+        group_stall_warned: None,
+        kafka_seen: None,
+    };
+    let exit = poller.run_loop(&stop);
+    let result = match exit {
+        Ok(SourceExit::CaughtUp) => Ok(SourceExit::CaughtUp),
+        Ok(_) => Ok(poller.drain()),
+        Err(e) => {
+            poller.drain();
+            Err(e)
+        }
+    };
+    poller.consumer.context().closing.store(true, SeqCst);
+    poller.consumer.unsubscribe();
+    result
+}
+
+/// Partitions behind, as topic/partition=at/end.
+pub(super) fn fmt_behind(behind: &[(TopicPartition, Option<i64>, i64)]) -> String {
+    let one = |((t, p), at, end): &(TopicPartition, Option<i64>, i64)| {
+        format!("{t}/{p}={}/{end}", at.map_or("?".into(), |a| a.to_string()))
+    };
+    behind.iter().map(one).collect::<Vec<_>>().join(",")
+}
+
+/// `auto.offset.reset` sends a partition with no committed offset to its end.
+pub(super) fn starts_at_end(kafka: &KafkaSettings) -> bool {
+    kafka
+        .properties
+        .get("auto.offset.reset")
+        .is_some_and(|v| v == "latest" || v == "largest" || v == "end")
+}
+
+/// Checks that every topic exists; returns each topic's partition count.
+fn check_topics(
+    consumer: &BaseConsumer<Ctx>,
+    opts: &SourceOptions,
+) -> Result<HashMap<String, usize>, SourceError> {
+    let brokers = opts.kafka.brokers.clone();
+    let md = consumer
+        .fetch_metadata(None, opts.kafka.metadata_timeout)
+        .map_err(|cause| SourceError::Unreachable {
+            brokers: brokers.clone(),
+            cause,
+        })?;
+    let counts: HashMap<String, usize> = md
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| (t.name().to_string(), t.partitions().len()))
+        .collect();
+    let wanted = opts.topics.iter().chain([&opts.kafka.dead_letter_topic]);
+    let missing: Vec<String> = wanted
+        .filter(|t| !counts.contains_key(t.as_str()))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        Ok(counts)
+    } else {
+        Err(SourceError::MissingTopics {
+            brokers,
+            topics: missing,
+        })
+    }
+}
+
+pub(super) fn tps_of(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+pub(super) fn fmt_tps(tps: &[TopicPartition]) -> String {
+    tps.iter()
+        .map(|(t, p)| format!("{t}/{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

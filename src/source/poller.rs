@@ -1,0 +1,374 @@
+//! The poll loop of the source thread: poll, track and forward records,
+//! pause partitions while the pipeline is full, learn new partitions' start
+//! and end offsets, commit periodically, and drain at the end.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::backlog::{self, BacklogReader};
+use super::context::Ctx;
+use super::{fmt_behind, starts_at_end, SourceError, SourceExit, SourceOptions};
+use crate::acks::{Acks, RecordRef};
+use crate::offsets::TopicPartition;
+use crate::record::{Charge, Record};
+use crate::telemetry::Counters;
+
+pub(super) struct Poller {
+    pub(super) consumer: BaseConsumer<Ctx>,
+    pub(super) opts: SourceOptions,
+    pub(super) tx: mpsc::Sender<Record>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) next_commit: Instant,
+    /// Reads the group's backlog on its own thread (None: it could not start).
+    pub(super) backlog: Option<BacklogReader>,
+    /// `--until-caught-up`: each partition's end offset at the first look at
+    /// the group's backlog, and the group's position on it at the last look.
+    pub(super) group_targets: HashMap<TopicPartition, i64>,
+    pub(super) group_positions: HashMap<TopicPartition, i64>,
+    /// Since when this worker has been caught up and committed (waiting for
+    /// the group).
+    pub(super) done_at: Option<Instant>,
+    /// Set when the pipeline died: draining cannot make progress, skip it.
+    pub(super) abort: CancellationToken,
+    /// When a stalled rebalance was last warned about.
+    pub(super) stall_warned: Option<Instant>,
+    /// When the group's committed positions last moved (batch mode).
+    pub(super) group_moved_at: Option<Instant>,
+    /// When a stalled group was last warned about.
+    pub(super) group_stall_warned: Option<Instant>,
+    /// When Kafka's answer was last told to the operator endpoints.
+    pub(super) kafka_seen: Option<Instant>,
+}
+
+/// Bytes a record costs beyond its key, value and headers (its item, its
+/// place in batches and the tracker), for the byte budget.
+const RECORD_OVERHEAD: usize = 256;
+
+/// How often the group's backlog per partition is re-read.
+pub(super) const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
+
+/// How long a revocation may go without an assignment before a warning.
+pub(super) const REBALANCE_STALL: Duration = Duration::from_secs(30);
+
+/// How often, once this worker is done, it looks whether the group is.
+pub(super) const GROUP_DONE_POLL: Duration = Duration::from_secs(1);
+
+/// Longest wait of each call that reads the group's backlog (a slow answer
+/// only skips one refresh).
+pub(super) const BACKLOG_CALL_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+impl Poller {
+    pub(super) fn ctx(&self) -> &Ctx {
+        self.consumer.context()
+    }
+
+    pub(super) fn run_loop(&mut self, stop: &CancellationToken) -> Result<SourceExit, SourceError> {
+        loop {
+            if stop.is_cancelled() {
+                return Ok(SourceExit::Stopped);
+            }
+            self.forward_held()?;
+            let over_budget = self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes;
+            self.set_paused(!self.ctx().held.lock().unwrap().is_empty() || over_budget)?;
+            let timeout = Duration::from_millis(if self.ctx().paused.load(SeqCst) {
+                20
+            } else {
+                100
+            });
+            match self.consumer.poll(timeout) {
+                Some(Ok(m)) => {
+                    self.accept(&m);
+                    self.kafka_answered();
+                }
+                Some(Err(e)) => {
+                    warn!(error = %e, "kafka consumer error");
+                    self.opts.live.kafka_err(e.to_string());
+                }
+                None => {}
+            }
+            self.learn_positions();
+            if Instant::now() >= self.next_commit {
+                self.commit_now(None);
+            }
+            if let Some(v) = self.backlog.as_ref().and_then(BacklogReader::take) {
+                self.group_view(v);
+                self.opts.live.kafka_ok();
+            }
+            self.warn_if_rebalance_stalls();
+            if self.opts.until_caught_up && self.holds_nothing() && self.group_caught_up() {
+                // Nothing of the job is left to anyone, whatever this
+                // worker's place in the group: a rebalance that never
+                // completes (seen with tansu) must not keep it forever.
+                info!("caught up: the group has committed every partition up to its end offset, and this worker holds none");
+                return Ok(SourceExit::CaughtUp);
+            }
+            if self.opts.until_caught_up && self.caught_up() {
+                self.commit_now(None);
+                if self.committed_to_end() {
+                    let since = *self.done_at.get_or_insert_with(Instant::now);
+                    if self.group_caught_up() {
+                        info!("caught up: every assigned partition is committed up to its end offset, and the group's others too");
+                        return Ok(SourceExit::CaughtUp);
+                    }
+                    if since.elapsed() >= self.opts.drain_timeout && self.group_moving() {
+                        warn!(
+                            waited_s = since.elapsed().as_secs(),
+                            behind = %fmt_behind(&self.group_behind()),
+                            "caught up, but the group's other partitions are not committed to their end yet; their owners are working, leaving"
+                        );
+                        return Ok(SourceExit::CaughtUp);
+                    }
+                    self.warn_if_group_stalls(since);
+                    // Stay in the group (a leaving member stalls the busy
+                    // ones in a rebalance) until the others are done too, for
+                    // at most drain_timeout while they progress; while they do
+                    // not (their owners may be dead, their sessions not yet
+                    // expired), stay to take their partitions over.
+                } else {
+                    self.done_at = None;
+                }
+            } else {
+                self.done_at = None;
+            }
+            if let Some(b) = &self.backlog {
+                b.hurry(self.done_at.is_some());
+            }
+        }
+    }
+
+    /// Tells the operator endpoints Kafka answered (at most once a second).
+    fn kafka_answered(&mut self) {
+        if self
+            .kafka_seen
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            self.kafka_seen = Some(Instant::now());
+            self.opts.live.kafka_ok();
+        }
+    }
+
+    /// Tracks a fresh record and queues it for the pipeline.
+    pub(super) fn accept(&self, msg: &BorrowedMessage<'_>) {
+        let (topic, partition, offset) = (msg.topic().to_string(), msg.partition(), msg.offset());
+        let epoch = match self.ctx().acks.lock().track(&topic, partition, offset) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(error = %e, "record from an untracked partition, not forwarded (it will be redelivered)");
+                return;
+            }
+        };
+        Counters::add(&self.counters.records_consumed, 1);
+        let at = RecordRef {
+            topic: topic.into(),
+            partition,
+            offset,
+            epoch,
+        };
+        let headers = msg.headers().map_or_else(Vec::new, |hs| {
+            hs.iter()
+                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        let record = Record {
+            key: msg.key().map(<[u8]>::to_vec),
+            value: msg.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp_ms: msg.timestamp().to_millis(),
+            at,
+            charge: Default::default(),
+        };
+        let record = Record {
+            charge: Charge::new(&self.opts.buffered, record.size() + RECORD_OVERHEAD),
+            ..record
+        };
+        self.ctx().held.lock().unwrap().push_back(record);
+    }
+
+    /// Hands held records to the pipeline until its channel is full.
+    pub(super) fn forward_held(&self) -> Result<(), SourceError> {
+        let mut held = self.ctx().held.lock().unwrap();
+        while let Some(rec) = held.pop_front() {
+            match self.tx.try_send(rec) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(rec)) => {
+                    held.push_front(rec);
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(rec)) => {
+                    held.push_front(rec);
+                    return Err(SourceError::PipelineClosed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn set_paused(&self, pause: bool) -> Result<(), SourceError> {
+        if self.ctx().paused.swap(pause, SeqCst) == pause {
+            return Ok(());
+        }
+        let assignment = self.consumer.assignment()?;
+        if pause {
+            debug!("pipeline full: pausing partitions");
+            self.consumer.pause(&assignment)?;
+        } else {
+            debug!("pipeline has room: resuming partitions");
+            self.consumer.resume(&assignment)?;
+        }
+        Ok(())
+    }
+
+    /// For newly assigned partitions: the committed offset (or where the reset
+    /// policy starts) and the end offset, for the caught-up test.
+    pub(super) fn learn_positions(&self) {
+        let pending: Vec<TopicPartition> =
+            std::mem::take(&mut *self.ctx().to_learn.lock().unwrap());
+        if pending.is_empty() {
+            return;
+        }
+        let timeout = self.opts.kafka.metadata_timeout;
+        let at_end = starts_at_end(&self.opts.kafka);
+        let committed = match backlog::group_offsets(&self.consumer, &pending, timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "cannot read committed offsets; will retry");
+                self.ctx().to_learn.lock().unwrap().extend(pending);
+                return;
+            }
+        };
+        for (t, p) in pending {
+            let ends = self.consumer.fetch_watermarks(&t, p, timeout);
+            let Ok((low, high)) = ends else {
+                warn!(topic = %t, partition = p, "cannot read watermarks; will retry");
+                self.ctx().to_learn.lock().unwrap().push((t, p));
+                continue;
+            };
+            let start = backlog::group_start(&committed, &t, p, (low, high), at_end);
+            let mut tracker = self.ctx().acks.lock();
+            if tracker.epoch(&t, p).is_none() {
+                continue;
+            }
+            tracker.set_committed_from_broker(&t, p, start);
+            debug!(topic = %t, partition = p, start, end = high, "partition position");
+            self.ctx().live.set_position((t.clone(), p), start, high);
+            self.ctx().targets.lock().unwrap().insert((t, p), high);
+        }
+    }
+
+    /// Takes a reading of the group's backlog: publishes it with the
+    /// assignment, and notes the group's positions for `group_caught_up`
+    /// (the end offsets of the first reading are the targets).
+    pub(super) fn commit_now(&mut self, only: Option<&[TopicPartition]>) {
+        self.next_commit = Instant::now() + self.opts.kafka.commit_interval;
+        if let Err(e) = commit(&self.consumer, &self.ctx().acks, &self.counters, only) {
+            warn!(error = %e, "commit failed; will retry");
+        }
+    }
+
+    /// Stops fetching, waits for in-flight records (up to the drain deadline),
+    /// commits what was written.
+    pub(super) fn drain(&mut self) -> SourceExit {
+        let ctx = self.consumer.context().clone();
+        ctx.drop_held(|_, _| true);
+        let _ = self.set_paused(true);
+        // Writes under way finish; records not yet being written are abandoned.
+        let assigned = ctx.acks.lock().assigned();
+        ctx.acks.close(&assigned);
+        let wait = if self.abort.is_cancelled() {
+            Duration::ZERO
+        } else {
+            self.opts.drain_timeout
+        };
+        let deadline = Instant::now() + wait;
+        let pending = ctx.acks.lock().pending_total();
+        info!(
+            in_flight = pending,
+            "draining: waiting for in-flight records"
+        );
+        let drained = loop {
+            let slice = Instant::now()
+                + Duration::from_millis(100)
+                    .min(deadline.saturating_duration_since(Instant::now()));
+            if ctx.acks.wait_until(slice, |t| t.pending_total() == 0) {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            // Keep serving callbacks; a paused consumer returns no records,
+            // but one racing in from a fresh assignment is untracked again.
+            if let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
+                ctx.acks
+                    .lock()
+                    .untrack_from(m.topic(), m.partition(), m.offset());
+            }
+        };
+        self.commit_now(None);
+        if drained {
+            info!("drained: all in-flight records written and committed");
+            SourceExit::Stopped
+        } else {
+            let left = ctx.acks.lock().pending_total();
+            warn!(
+                in_flight = left,
+                timeout_s = self.opts.drain_timeout.as_secs(),
+                "drain deadline passed; unwritten records will be redelivered"
+            );
+            SourceExit::DrainTimedOut
+        }
+    }
+}
+
+/// Commits the watermarks that moved (optionally only for some partitions).
+pub(super) fn commit(
+    consumer: &BaseConsumer<Ctx>,
+    acks: &Acks,
+    counters: &Counters,
+    only: Option<&[TopicPartition]>,
+) -> Result<(), KafkaError> {
+    let due: Vec<(TopicPartition, i64)> = acks
+        .lock()
+        .to_commit()
+        .into_iter()
+        .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for ((t, p), o) in &due {
+        tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
+    }
+    consumer.commit(&tpl, CommitMode::Sync)?;
+    let mut tracker = acks.lock();
+    for ((t, p), o) in &due {
+        tracker.mark_committed(t, *p, *o);
+    }
+    drop(tracker);
+    Counters::add(&counters.commits, 1);
+    let s = counters.snapshot();
+    let offsets: Vec<String> = due
+        .iter()
+        .map(|((t, p), o)| format!("{t}/{p}={o}"))
+        .collect();
+    info!(
+        partitions = due.len(),
+        offsets = %offsets.join(","),
+        consumed = s.records_consumed,
+        written = s.items_written,
+        dead_lettered = s.dead_lettered,
+        throttled = s.throttled_requests,
+        "committed"
+    );
+    Ok(())
+}
