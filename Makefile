@@ -16,7 +16,7 @@ export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
 .SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-metrics chaos
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-metrics chaos fuzz
 
 build:
 	$(CARGO) build
@@ -57,6 +57,11 @@ tansu:
 # report in target/chaos/report.{md,json}. `make test` runs its short mode.
 chaos: build stack tansu
 	CHAOS=full $(CARGO) test --test chaos -- --nocapture
+
+# Bounded fuzzing (proptest on stable): the record decoder and the proxy's
+# request parser, 100,000 cases per target; `make test` runs 2,000.
+fuzz:
+	FUZZ_CASES=100000 $(CARGO) test --test fuzz
 
 # Throttle strategies side by side through the capacity-enforcing proxy
 # (about 25 minutes); reports in target/bench/throttle.{md,json}.

@@ -1013,7 +1013,7 @@ fn write_report(out: &Value) {
     .unwrap();
     let mut md = String::from("# Chaos report\n\n");
     md.push_str(&format!(
-        "Mode {}, seed {}: {} records ({} valid, {} poison) over {} partitions, {} s of faults then a batch job.\n\n",
+        "Mode {}, seed {}: {} records ({} valid, {} poison) over {} partitions, {} s in all: faults, then a batch job.\n\n",
         out["plan"]["mode"], out["plan"]["seed"], out["produced"], out["valid_records"],
         out["poison_records"], PARTITIONS, out["run_s"].as_f64().unwrap_or(0.0).round()
     ));
