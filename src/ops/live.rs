@@ -37,7 +37,8 @@ pub struct Live {
     reach: Mutex<Reach>,
     /// Kafka's reachability, as the consumer and the backlog reader see it.
     kafka: Mutex<Reach>,
-    stall: Mutex<Stall>,
+    /// One stall detector per held partition (on its committed watermark).
+    stalls: Mutex<BTreeMap<TopicPartition, Stall>>,
     stuck_after: Duration,
     progress: Mutex<Option<ProgressView>>,
 }
@@ -63,7 +64,7 @@ impl Live {
             lag: Mutex::default(),
             reach: Mutex::new(Reach { ok: now, err: None }),
             kafka: Mutex::new(Reach { ok: now, err: None }),
-            stall: Mutex::new(Stall::new(now)),
+            stalls: Mutex::default(),
             stuck_after,
             progress: Mutex::default(),
         }
@@ -145,21 +146,39 @@ impl Live {
         s.items_written + s.superseded + s.dead_lettered
     }
 
-    /// Evaluates readiness now (and moves the stall detector along).
+    /// Evaluates readiness now (and moves the stall detectors along): a
+    /// partition is stuck when records of it wait and its watermark has not
+    /// moved for `stuck_after`, even while its other records are written (a
+    /// record blocking its partition).
     pub fn readiness(&self) -> Readiness {
         let now = Instant::now();
-        let (assigned, waiting) = {
+        let held: Vec<(TopicPartition, i64, usize)> = {
             let t = self.acks.lock();
-            (t.assigned().len(), t.pending_total())
+            t.assigned()
+                .into_iter()
+                .map(|(topic, p)| {
+                    let at = t.watermark(&topic, p).unwrap_or(-1);
+                    let waiting = t.pending(&topic, p);
+                    ((topic, p), at, waiting)
+                })
+                .collect()
         };
-        let stuck_for = lock(&self.stall).observe(self.finished(), waiting, now, self.stuck_after);
-        let dynamodb = lock(&self.reach).state();
-        let kafka = lock(&self.kafka).state();
+        let mut stalls = lock(&self.stalls);
+        stalls.retain(|tp, _| held.iter().any(|(h, _, _)| h == tp));
+        let mut stuck: Vec<(TopicPartition, Duration)> = Vec::new();
+        for (tp, at, waiting) in &held {
+            let s = stalls.entry(tp.clone()).or_insert_with(|| Stall::new(now));
+            if let Some(d) = s.observe(*at, *waiting, now, self.stuck_after) {
+                stuck.push((tp.clone(), d));
+            }
+        }
+        drop(stalls);
         Readiness {
-            assigned,
-            dynamodb,
-            kafka,
-            stuck_for,
+            assigned: held.len(),
+            dynamodb: lock(&self.reach).state(),
+            kafka: lock(&self.kafka).state(),
+            stuck_for: stuck.iter().map(|(_, d)| *d).max(),
+            stuck_partitions: stuck.iter().map(|((t, p), _)| format!("{t}/{p}")).collect(),
         }
     }
 }
@@ -180,11 +199,12 @@ impl Reach {
     }
 }
 
-/// Detects a stall: records wait to be written and none was finished for a
-/// while. Pure: the caller passes the time and the counts.
+/// Detects a stall: records wait to be written and the position (a
+/// partition's watermark) did not move for a while. Pure: the caller passes
+/// the time and the figures.
 #[derive(Debug, Clone)]
 pub struct Stall {
-    done: u64,
+    done: i64,
     since: Instant,
 }
 
@@ -196,11 +216,11 @@ impl Stall {
         }
     }
 
-    /// `done`: records finished so far; `waiting`: records in flight. Returns
-    /// how long the worker has been stuck, once that reaches `after`.
+    /// `done`: the position so far; `waiting`: records in flight. Returns how
+    /// long it has been stuck, once that reaches `after`.
     pub fn observe(
         &mut self,
-        done: u64,
+        done: i64,
         waiting: usize,
         now: Instant,
         after: Duration,
@@ -226,6 +246,8 @@ pub struct Readiness {
     pub kafka: Result<(), String>,
     /// Set when records have waited with nothing written for too long.
     pub stuck_for: Option<Duration>,
+    /// The stuck partitions, as topic/partition.
+    pub stuck_partitions: Vec<String>,
 }
 
 impl Readiness {
@@ -247,6 +269,7 @@ impl Readiness {
                 Err(why) => format!("unreachable: {why}"),
             },
             "stuck_for_s": self.stuck_for.map(|d| d.as_secs()),
+            "stuck_partitions": self.stuck_partitions,
         })
     }
 }
@@ -283,6 +306,7 @@ mod tests {
             dynamodb: Ok(()),
             kafka: Ok(()),
             stuck_for: None,
+            stuck_partitions: Vec::new(),
         };
         let no_kafka = Readiness {
             kafka: Err("AllBrokersDown".into()),
@@ -310,6 +334,32 @@ mod tests {
             ..ok
         }
         .ready());
+    }
+
+    #[test]
+    fn a_partition_blocked_at_its_head_is_stuck_while_others_flow() {
+        let acks = Arc::new(Acks::new());
+        let mut epochs = Vec::new();
+        for p in 0..2 {
+            epochs.push(acks.lock().assign("t", p, Some(0)));
+            acks.lock().track("t", p, 0).unwrap();
+            acks.lock().track("t", p, 1).unwrap();
+        }
+        let at = |p: i32, offset: i64| crate::acks::RecordRef {
+            topic: "t".into(),
+            partition: p,
+            offset,
+            epoch: epochs[p as usize],
+        };
+        // Partition 0: its first record never finishes, the next one does.
+        acks.ack(&at(0, 1)).unwrap();
+        acks.ack(&at(1, 0)).unwrap();
+        acks.ack(&at(1, 1)).unwrap();
+        let live = Live::new(acks, Arc::default(), Vec::new(), Duration::ZERO);
+        live.readiness();
+        let r = live.readiness();
+        assert_eq!(r.stuck_partitions, ["t/0"]);
+        assert!(!r.ready());
     }
 
     #[test]
