@@ -220,6 +220,24 @@ impl OffsetTracker {
         Ok(())
     }
 
+    /// The consumer's position moved to `position` past offsets it never
+    /// delivered (transaction markers, aborted records, a reset): when no
+    /// tracked record of the partition is left (none pending, none
+    /// abandoned) and it is not closing, the watermark moves there too, so
+    /// the partition can be committed up to its end. Returns whether it moved.
+    pub fn advance_to_position(&mut self, topic: &str, partition: i32, position: i64) -> bool {
+        let Ok(p) = self.get_mut(topic, partition) else {
+            return false;
+        };
+        let behind = p.watermark.is_none_or(|w| w < position);
+        let delivered_all = p.last_tracked.is_none_or(|l| l < position);
+        if p.pending.is_empty() && !p.closing && behind && delivered_all {
+            p.watermark = Some(position);
+            return true;
+        }
+        false
+    }
+
     /// Number of tracked records not yet acked, for a partition.
     pub fn pending(&self, topic: &str, partition: i32) -> usize {
         self.get(topic, partition).map_or(0, |p| {
@@ -456,5 +474,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_position_carries_the_watermark_past_markers_once_all_is_acked() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, Some(0));
+        t.track("t", 0, 0).unwrap();
+        t.track("t", 0, 1).unwrap();
+        // Offset 2 is a commit marker: never delivered; the position is 3.
+        assert!(!t.advance_to_position("t", 0, 3), "records still pending");
+        t.ack("t", 0, 1, e).unwrap();
+        assert!(!t.advance_to_position("t", 0, 3), "offset 0 still pending");
+        t.ack("t", 0, 0, e).unwrap();
+        assert_eq!(t.watermark("t", 0), Some(2));
+        assert!(t.advance_to_position("t", 0, 3));
+        assert_eq!(t.watermark("t", 0), Some(3));
+        assert!(!t.advance_to_position("t", 0, 2), "never backwards");
+        // An abandoned record is a gap the next owner must read again.
+        t.track("t", 0, 3).unwrap();
+        t.close("t", 0);
+        t.abandon("t", 0, 3, e).unwrap();
+        assert!(!t.advance_to_position("t", 0, 5));
+        assert_eq!(t.watermark("t", 0), Some(3));
     }
 }

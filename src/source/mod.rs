@@ -116,7 +116,11 @@ pub fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // Records of aborted transactions are skipped, those of open ones
+        // waited for; markers are never delivered (the poller follows the
+        // consumer's position past them).
+        .set("isolation.level", "read_committed");
     for (k, v) in &kafka.properties {
         cfg.set(k, v);
     }

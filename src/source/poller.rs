@@ -112,6 +112,9 @@ impl Poller {
                 info!("caught up: the group has committed every partition up to its end offset, and this worker holds none");
                 return Ok(SourceExit::CaughtUp);
             }
+            if self.opts.until_caught_up && self.idle() {
+                self.follow_positions();
+            }
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
                 if self.committed_to_end() {
@@ -144,6 +147,26 @@ impl Poller {
                 b.hurry(self.done_at.is_some());
             }
         }
+    }
+
+    /// Carries each idle partition's watermark to the consumer's position:
+    /// past transaction markers and aborted records (read_committed), which
+    /// are never delivered, so a partition can be committed up to its end.
+    pub(super) fn follow_positions(&self) {
+        let Ok(positions) = self.consumer.position() else {
+            return;
+        };
+        let mut tracker = self.ctx().acks.lock();
+        for e in positions.elements() {
+            if let Offset::Offset(at) = e.offset() {
+                tracker.advance_to_position(e.topic(), e.partition(), at);
+            }
+        }
+    }
+
+    /// Nothing tracked is waiting, nothing is held back.
+    fn idle(&self) -> bool {
+        self.ctx().acks.lock().pending_total() == 0 && self.ctx().held.lock().unwrap().is_empty()
     }
 
     /// Tells the operator endpoints Kafka answered (at most once a second).
@@ -270,6 +293,7 @@ impl Poller {
     /// (the end offsets of the first reading are the targets).
     pub(super) fn commit_now(&mut self, only: Option<&[TopicPartition]>) {
         self.next_commit = Instant::now() + self.opts.kafka.commit_interval;
+        self.follow_positions();
         if let Err(e) = commit(&self.consumer, &self.ctx().acks, &self.counters, only) {
             warn!(error = %e, "commit failed; will retry");
         }
