@@ -58,6 +58,32 @@ impl Acks {
         self.closings.send_modify(|n| *n += 1);
     }
 
+    /// Marks partitions closing, still owned until `until` (the drain
+    /// deadline): nothing new starts, writes already started may retry while
+    /// an attempt can finish before it; waiting writers are woken.
+    pub fn close_until(&self, tps: &[TopicPartition], until: std::time::Instant) {
+        {
+            let mut tracker = self.lock();
+            for (t, p) in tps {
+                tracker.close_until(t, *p, until);
+            }
+        }
+        self.changed.notify_all();
+        self.closings.send_modify(|n| *n += 1);
+    }
+
+    /// Whether a write already started for `r` may try again now, with
+    /// `attempt` for the attempt to finish (see [`OffsetTracker::may_retry`]).
+    pub fn may_retry(&self, r: &RecordRef, attempt: std::time::Duration) -> bool {
+        self.lock().may_retry(
+            &r.topic,
+            r.partition,
+            r.epoch,
+            std::time::Instant::now(),
+            attempt,
+        )
+    }
+
     /// Forgets revoked partitions (acks of their records are refused from
     /// now on); waiting writers are woken.
     pub fn revoke(&self, tps: &[TopicPartition]) {

@@ -59,6 +59,9 @@ struct Partition {
     pending: VecDeque<(i64, Entry)>,
     /// Being revoked (or the worker stopping): unstarted records are abandoned.
     closing: bool,
+    /// While closing, until when this worker still owns the partition (the
+    /// drain deadline): retries already started may go on until then.
+    owned_until: Option<std::time::Instant>,
     /// Next offset to commit, if known (from the broker at assignment, or acks).
     watermark: Option<i64>,
     /// Last offset successfully committed to the broker.
@@ -88,6 +91,7 @@ impl OffsetTracker {
             epoch,
             pending: VecDeque::new(),
             closing: false,
+            owned_until: None,
             watermark: committed,
             committed,
             last_tracked: None,
@@ -179,6 +183,31 @@ impl OffsetTracker {
         if let Ok(p) = self.get_mut(topic, partition) {
             p.closing = true;
         }
+    }
+
+    /// Marks a partition closing, still owned until `until` (the drain
+    /// deadline): nothing new starts, retries may go on until then.
+    pub fn close_until(&mut self, topic: &str, partition: i32, until: std::time::Instant) {
+        if let Ok(p) = self.get_mut(topic, partition) {
+            p.closing = true;
+            p.owned_until = Some(until);
+        }
+    }
+
+    /// Whether a write already started for a record of this epoch may try
+    /// again at `now` and finish by `now + attempt`: its partition is assigned
+    /// in that epoch, and if closing, still owned until after that.
+    pub fn may_retry(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: u64,
+        now: std::time::Instant,
+        attempt: std::time::Duration,
+    ) -> bool {
+        self.get(topic, partition).is_some_and(|p| {
+            p.epoch == epoch && (!p.closing || p.owned_until.is_some_and(|u| now + attempt < u))
+        })
     }
 
     /// Whether a record of this epoch should still be written: its partition
@@ -497,5 +526,27 @@ mod tests {
         t.abandon("t", 0, 3, e).unwrap();
         assert!(!t.advance_to_position("t", 0, 5));
         assert_eq!(t.watermark("t", 0), Some(3));
+    }
+
+    #[test]
+    fn retries_go_on_while_the_drain_leaves_time_for_one_attempt() {
+        let mut t = OffsetTracker::new();
+        let e = t.assign("t", 0, Some(0));
+        let now = std::time::Instant::now();
+        let attempt = std::time::Duration::from_secs(10);
+        assert!(t.may_retry("t", 0, e, now, attempt));
+        t.close_until("t", 0, now + std::time::Duration::from_secs(30));
+        assert!(!t.is_live("t", 0, e), "nothing new starts");
+        assert!(t.may_retry("t", 0, e, now, attempt));
+        let late = now + std::time::Duration::from_secs(25);
+        assert!(
+            !t.may_retry("t", 0, e, late, attempt),
+            "would outlive the drain"
+        );
+        t.close("t", 0);
+        t.revoke("t", 0);
+        let e2 = t.assign("t", 0, Some(0));
+        assert!(!t.may_retry("t", 0, e, now, attempt), "another assignment");
+        assert!(t.may_retry("t", 0, e2, now, attempt));
     }
 }

@@ -179,6 +179,7 @@ pub async fn run(
         acks,
         dlq,
         counters: counters.clone(),
+        attempt_timeout: settings.dynamodb.request_timeout,
     };
     let pipeline = Pipeline::new(
         routes,

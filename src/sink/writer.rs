@@ -1,13 +1,14 @@
 //! The write loop of one batch: BatchWriteItem until every item is written,
 //! for records this worker still owns.
 //!
-//! - **Fencing.** Before every attempt (the first and each retry) and after
-//!   every wait, records whose partition is no longer this worker's (revoked,
-//!   or closing at shutdown) are given up: abandoned, to be read again by the
-//!   partition's next owner. Waits (pacing, backoff) wake early when
-//!   partitions close. Only an attempt already on the wire finishes, bounded
-//!   by the request timeout, so a revoked worker never overwrites what the
-//!   next owner wrote.
+//! - **Fencing.** Before every attempt and after every wait, records whose
+//!   partition is no longer this worker's are given up: abandoned, to be read
+//!   again by the partition's next owner. A batch not yet sent is not started
+//!   once its partition is closing (revocation, shutdown); a batch already
+//!   started retries during the drain only while one attempt can finish
+//!   before the drain deadline, after which the partition may have a new
+//!   owner. Waits (pacing, backoff) wake early when partitions close. So a
+//!   revoked worker never overwrites what the next owner wrote.
 //! - `UnprocessedItems` are matched back to their slots by key and only they
 //!   are sent again, after a backoff; items already written are never resent.
 //! - Before each attempt the batch waits for its cost (WCU) at the table's
@@ -53,6 +54,9 @@ pub struct Writer {
     pub acks: Arc<Acks>,
     pub dlq: DeadLetters,
     pub counters: Arc<Counters>,
+    /// The longest one attempt takes (the request timeout): a retry starts
+    /// only if it can finish while the partition is still this worker's.
+    pub attempt_timeout: Duration,
 }
 
 /// Backoff for transient failures (network, 5xx): 100 ms doubling to 10 s.
@@ -98,7 +102,7 @@ impl Writer {
         while let Some(group) = groups.pop() {
             n += 1;
             let left = self
-                .write_until_done(table, schema, group, ctl, seed.wrapping_add(n))
+                .write_until_done(table, schema, group, ctl, seed.wrapping_add(n), n > 1)
                 .await
                 .map_err(|source| FatalWrite::Table {
                     table: table.to_string(),
@@ -141,26 +145,28 @@ impl Writer {
         mut remaining: Vec<Slot>,
         ctl: &Control,
         seed: u64,
+        mut started: bool,
     ) -> Result<Left, WriteError> {
         let mut transient = transient_backoff(seed);
         let c = &self.counters;
-        self.wait(ctl, ctl.before_call(), &remaining).await;
+        self.wait(ctl, ctl.before_call(), &remaining, started).await;
         loop {
             // Fence: nothing is sent for partitions this worker gave up.
-            remaining = self.keep_live(remaining);
+            remaining = self.keep_live(remaining, started);
             if remaining.is_empty() {
                 return Ok(Left::Done);
             }
             let cost: u32 = remaining.iter().map(Slot::wcu).sum();
-            let alive = || self.any_live(&remaining);
+            let alive = || self.any_live(&remaining, started);
             let paced = tokio::select! {
                 go = ctl.pace(cost, alive) => go,
                 () = self.acks.until_dead(alive) => false,
             };
-            remaining = self.keep_live(remaining);
+            remaining = self.keep_live(remaining, started);
             if !paced || remaining.is_empty() {
                 continue;
             }
+            started = true;
             let items = remaining.iter().map(|s| s.item().clone()).collect();
             count(c, ctl, |c| &c.requests, 1);
             let sent = tokio::time::Instant::now();
@@ -194,7 +200,7 @@ impl Writer {
                         ..Feedback::default()
                     });
                     warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
-                    self.wait(ctl, d, &remaining).await;
+                    self.wait(ctl, d, &remaining, true).await;
                     continue;
                 }
                 Err(WriteError::Rejected(m)) => return Ok(Left::Rejected(remaining, m)),
@@ -213,18 +219,20 @@ impl Writer {
                 }
                 return Ok(Left::Done);
             }
-            self.wait(ctl, delay, &remaining).await;
+            self.wait(ctl, delay, &remaining, true).await;
         }
     }
 
     /// Waits `d` (accounted to the table's control), less if the slots'
     /// partitions are given up meanwhile.
-    async fn wait(&self, ctl: &Control, d: Duration, slots: &[Slot]) {
+    async fn wait(&self, ctl: &Control, d: Duration, slots: &[Slot], started: bool) {
         if d.is_zero() {
             return;
         }
         ctl.note_sleep(d);
-        self.acks.wait_while_live(d, || self.any_live(slots)).await;
+        self.acks
+            .wait_while_live(d, || self.any_live(slots, started))
+            .await;
     }
 
     /// Dead-letters a record (decoded or not) and acks it once the broker
@@ -248,21 +256,31 @@ impl Writer {
         Ok(())
     }
 
-    fn any_live(&self, slots: &[Slot]) -> bool {
+    /// Whether a record is still to be written: not started, its partition
+    /// open; started, one more attempt fits while the partition is ours.
+    fn live(&self, e: &Entry, started: bool) -> bool {
+        if started {
+            self.acks.may_retry(&e.record.at, self.attempt_timeout)
+        } else {
+            self.acks.is_live(&e.record.at)
+        }
+    }
+
+    fn any_live(&self, slots: &[Slot], started: bool) -> bool {
         slots
             .iter()
-            .any(|s| s.entries.iter().any(|e| self.acks.is_live(&e.record.at)))
+            .any(|s| s.entries.iter().any(|e| self.live(e, started)))
     }
 
     /// Keeps the records still to be written; abandons the others (a slot
     /// whose newest record is gone writes its newest live one).
-    fn keep_live(&self, slots: Vec<Slot>) -> Vec<Slot> {
+    fn keep_live(&self, slots: Vec<Slot>, started: bool) -> Vec<Slot> {
         slots
             .into_iter()
             .filter_map(|mut slot| {
                 let (live, dead): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut slot.entries)
                     .into_iter()
-                    .partition(|e| self.acks.is_live(&e.record.at));
+                    .partition(|e| self.live(e, started));
                 for e in &dead {
                     self.acks.abandon(&e.record.at);
                 }

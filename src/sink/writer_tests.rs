@@ -52,6 +52,7 @@ fn setup(script: Script, strategy: StrategyConfig, rate: Option<f64>) -> Setup {
         acks,
         dlq: DeadLetters::with(topic.clone(), "dlq"),
         counters: Arc::new(Counters::default()),
+        attempt_timeout: Duration::from_secs(10),
     };
     let ctl = Control::new(strategy.build(7), rate, NonZeroU32::new(25).unwrap());
     Setup {
@@ -273,6 +274,35 @@ async fn a_revoked_partition_gets_no_retry() {
     assert_eq!(s.pending(), 0, "abandoned, not in flight");
     assert_eq!(s.watermark(), Some(0), "nothing committed past them");
     closer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_started_batch_retries_during_the_drain_while_an_attempt_fits() {
+    // Throttled twice, then accepted; the revocation's drain leaves 30 s.
+    let script: Script = Box::new(|n, _| {
+        if n < 2 {
+            Err(throttled())
+        } else {
+            Ok(BatchOutcome::default())
+        }
+    });
+    let mut s = setup(script, exponential(1_000.0), None);
+    let slots = s.keys(3);
+    let acks = s.writer.acks.clone();
+    let closer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        acks.close_until(&[("t".to_string(), 0)], until);
+    });
+    s.write(slots).await.unwrap();
+    assert_eq!(s.sink.calls().len(), 3, "retried within the drain");
+    assert_eq!(s.watermark(), Some(3), "written, so committed by the drain");
+    closer.await.unwrap();
+    // A batch not yet started is not begun once its partition is closing.
+    let more = s.keys(2);
+    s.write(more).await.unwrap();
+    assert_eq!(s.sink.calls().len(), 3);
+    assert_eq!(s.pending(), 0);
 }
 
 #[tokio::test(start_paused = true)]

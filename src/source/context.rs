@@ -125,14 +125,16 @@ impl Ctx {
     pub(super) fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let tps = tps_of(tpl);
         self.drop_held(|t, p| tps.iter().any(|(tt, pp)| tt == t && *pp == p));
-        // Writes under way finish; records not yet being written are abandoned.
-        self.acks.close(&tps);
         let wait = if self.closing.load(SeqCst) {
             Duration::ZERO
         } else {
             self.drain_timeout
         };
-        let drained = self.acks.wait_until(Instant::now() + wait, |t| {
+        // Writes under way finish (retrying while an attempt fits before the
+        // deadline); records not yet being written are abandoned.
+        let deadline = Instant::now() + wait;
+        self.acks.close_until(&tps, deadline);
+        let drained = self.acks.wait_until(deadline, |t| {
             tps.iter().all(|(topic, p)| t.pending(topic, *p) == 0)
         });
         if !drained {

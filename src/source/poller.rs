@@ -305,15 +305,16 @@ impl Poller {
         let ctx = self.consumer.context().clone();
         ctx.drop_held(|_, _| true);
         let _ = self.set_paused(true);
-        // Writes under way finish; records not yet being written are abandoned.
-        let assigned = ctx.acks.lock().assigned();
-        ctx.acks.close(&assigned);
         let wait = if self.abort.is_cancelled() {
             Duration::ZERO
         } else {
             self.opts.drain_timeout
         };
         let deadline = Instant::now() + wait;
+        // Writes under way finish (retrying while an attempt fits before the
+        // deadline); records not yet being written are abandoned.
+        let assigned = ctx.acks.lock().assigned();
+        ctx.acks.close_until(&assigned, deadline);
         let pending = ctx.acks.lock().pending_total();
         info!(
             in_flight = pending,
