@@ -2,7 +2,8 @@
 //! written and committed up to its end offset at assignment, and the group's
 //! other partitions committed up to their end at the first look (a worker
 //! that is done stays while its peers progress, for at most the drain
-//! deadline, and stays to take over partitions nobody moves).
+//! deadline, and up to four drain deadlines to take over partitions nobody
+//! moves, then leaves with exit 3).
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
@@ -70,7 +71,7 @@ impl Poller {
         warn!(
             waited_s = since.elapsed().as_secs(),
             behind = %fmt_behind(&self.group_behind()),
-            "caught up, but the group's other partitions are behind and not moving (their owners may be gone); staying to take them over"
+            "caught up, but the group's other partitions are behind and not moving (their owners may be gone); staying a while to take them over"
         );
     }
 

@@ -54,6 +54,10 @@ pub(super) struct Poller {
 /// place in batches and the tracker), for the byte budget.
 const RECORD_OVERHEAD: usize = 256;
 
+/// A done batch worker waits at most this many drain timeouts for a group
+/// whose other partitions do not move before it leaves.
+const STALLED_GROUP_WAITS: u32 = 4;
+
 /// How often the group's backlog per partition is re-read.
 pub(super) const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
 
@@ -130,6 +134,17 @@ impl Poller {
                             "caught up, but the group's other partitions are not committed to their end yet; their owners are working, leaving"
                         );
                         return Ok(SourceExit::CaughtUp);
+                    }
+                    if since.elapsed() >= self.opts.drain_timeout * STALLED_GROUP_WAITS {
+                        // Leaving makes the coordinator rebalance, which hands
+                        // partitions nobody moves to the members still there;
+                        // the exit code says work is left.
+                        warn!(
+                            waited_s = since.elapsed().as_secs(),
+                            behind = %fmt_behind(&self.group_behind()),
+                            "caught up, but the group's other partitions are behind and have not moved; leaving, with work left to the group (exit 3)"
+                        );
+                        return Ok(SourceExit::DrainTimedOut);
                     }
                     self.warn_if_group_stalls(since);
                     // Stay in the group (a leaving member stalls the busy
