@@ -260,27 +260,37 @@ impl Halves {
         piped: impl std::future::Future<Output = Result<(), PipelineError>>,
     ) -> Result<SourceExit, WorkerError> {
         tokio::pin!(piped);
+        // From the stop, everything ends within `stop_within`, even a
+        // consumer that cannot close.
         let deadline = async {
             self.stop.cancelled().await;
             tokio::time::sleep(self.stop_within).await;
         };
+        tokio::pin!(deadline);
         let joined = |r: Result<_, tokio::task::JoinError>| {
             r.map_err(|e| WorkerError::Task(format!("the Kafka source thread failed: {e}")))
         };
+        let out_of_time = || {
+            warn!(waited_s = self.stop_within.as_secs_f64(),
+                "the Kafka consumer did not close in time after the drain; exiting without it (what was written is committed)");
+            Ok(SourceExit::DrainTimedOut)
+        };
         tokio::select! {
-            () = deadline => {
-                warn!(waited_s = self.stop_within.as_secs_f64(),
-                    "the Kafka consumer did not close in time after the drain; exiting without it (what was written is committed)");
-                Ok(SourceExit::DrainTimedOut)
-            }
+            () = &mut deadline => out_of_time(),
             piped = &mut piped => {
                 if piped.is_err() {
                     self.abort.cancel();
                     self.stop.cancel();
                 }
-                let sourced = joined((&mut source).await)?;
+                let sourced = tokio::select! {
+                    sourced = &mut source => Some(joined(sourced)?),
+                    () = &mut deadline => None,
+                };
                 piped?;
-                Ok(sourced?)
+                match sourced {
+                    Some(sourced) => Ok(sourced?),
+                    None => out_of_time(),
+                }
             }
             sourced = &mut source => {
                 // The source has drained and committed; the pipeline finishes
@@ -316,4 +326,62 @@ fn process_seed() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn halves() -> Halves {
+        Halves {
+            stop: CancellationToken::new(),
+            abort: CancellationToken::new(),
+            finish_within: Duration::from_secs(11),
+            stop_within: Duration::from_secs(47),
+        }
+    }
+
+    /// A source thread that never returns (a consumer that cannot close).
+    fn stuck_source() -> SourceTask {
+        tokio::spawn(std::future::pending())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_consumer_that_cannot_close_does_not_hold_the_exit() {
+        let h = halves();
+        h.stop.cancel();
+        let started = tokio::time::Instant::now();
+        let exit = h.run(stuck_source(), std::future::pending()).await.unwrap();
+        assert_eq!(exit, SourceExit::DrainTimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(47));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_pipeline_is_reported_even_if_the_source_cannot_close() {
+        let h = halves();
+        let failed = async { Err(PipelineError::Task("boom".into())) };
+        let started = tokio::time::Instant::now();
+        let err = h.run(stuck_source(), failed).await.unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+        assert!(h.abort.is_cancelled() && h.stop.is_cancelled());
+        assert_eq!(started.elapsed(), Duration::from_secs(47));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_still_running_after_the_drain_are_stopped() {
+        let h = halves();
+        let source: SourceTask = tokio::spawn(async { Ok(SourceExit::Stopped) });
+        let started = tokio::time::Instant::now();
+        let exit = h.run(source, std::future::pending()).await.unwrap();
+        assert_eq!(exit, SourceExit::DrainTimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(11));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clean_end_is_a_clean_end() {
+        let h = halves();
+        let source: SourceTask = tokio::spawn(async { Ok(SourceExit::CaughtUp) });
+        let exit = h.run(source, async { Ok(()) }).await.unwrap();
+        assert_eq!(exit, SourceExit::CaughtUp);
+    }
 }
