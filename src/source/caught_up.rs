@@ -6,16 +6,71 @@
 //! moves, then leaves with exit 3).
 
 use std::sync::atomic::Ordering::SeqCst;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::backlog::GroupView;
 use super::fmt_behind;
 use super::poller::{Poller, REBALANCE_STALL};
+use super::SourceExit;
 use crate::offsets::{OffsetTracker, TopicPartition};
 
+/// A done batch worker waits at most this many drain timeouts for a group
+/// whose other partitions do not move before it leaves.
+const STALLED_GROUP_WAITS: u32 = 4;
+
+/// What a batch worker whose own partitions are done does, `waited` after it
+/// got there. Pure: the caller passes what it saw of the group.
+pub(super) fn when_done(
+    waited: Duration,
+    group_done: bool,
+    group_moving: bool,
+    drain: Duration,
+) -> Option<SourceExit> {
+    if group_done {
+        Some(SourceExit::CaughtUp)
+    } else if waited >= drain && group_moving {
+        // A leaving member stalls the busy ones in a rebalance: it stayed
+        // drain_timeout; their owners are working, it goes.
+        Some(SourceExit::CaughtUp)
+    } else if waited >= drain * STALLED_GROUP_WAITS {
+        // Nobody moves them (owners gone, or partitions nobody was given):
+        // leaving makes the coordinator rebalance, handing them to the
+        // members still there; exit 3 says work is left.
+        Some(SourceExit::DrainTimedOut)
+    } else {
+        None
+    }
+}
+
 impl Poller {
+    /// Whether this worker, done since `since`, leaves now, and how.
+    pub(super) fn leave_when_done(&mut self, since: Instant) -> Option<SourceExit> {
+        let waited = since.elapsed();
+        let drain = self.opts.drain_timeout;
+        let group_done = self.group_caught_up();
+        let exit = when_done(waited, group_done, self.group_moving(), drain);
+        let behind = || fmt_behind(&self.group_behind());
+        match exit {
+            Some(SourceExit::CaughtUp) if group_done => {
+                info!("caught up: every assigned partition is committed up to its end offset, and the group's others too");
+            }
+            Some(SourceExit::CaughtUp) => warn!(
+                waited_s = waited.as_secs(),
+                behind = %behind(),
+                "caught up, but the group's other partitions are not committed to their end yet; their owners are working, leaving"
+            ),
+            Some(_) => warn!(
+                waited_s = waited.as_secs(),
+                behind = %behind(),
+                "caught up, but the group's other partitions are behind and have not moved; leaving, with work left to the group (exit 3)"
+            ),
+            None => self.warn_if_group_stalls(since),
+        }
+        exit
+    }
+
     pub(super) fn group_view(&mut self, v: GroupView) {
         // The group's committed position for every partition, this worker's
         // too: every worker computes its share from the same kind of
@@ -139,5 +194,43 @@ impl Poller {
                     (Some(end), Some(at)) => at >= *end,
                     _ => false,
                 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DRAIN: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn a_done_worker_leaves_when_the_group_is_done_or_moves_without_it() {
+        let at = |s| Duration::from_secs(s);
+        assert_eq!(
+            when_done(at(0), true, false, DRAIN),
+            Some(SourceExit::CaughtUp)
+        );
+        assert_eq!(
+            when_done(at(10), false, true, DRAIN),
+            None,
+            "stays drain_timeout"
+        );
+        assert_eq!(
+            when_done(at(30), false, true, DRAIN),
+            Some(SourceExit::CaughtUp)
+        );
+    }
+
+    #[test]
+    fn a_done_worker_stays_for_a_group_nobody_moves_then_leaves_saying_so() {
+        let at = |s| Duration::from_secs(s);
+        // It used to leave with exit 0 after drain_timeout, whatever the
+        // group: a lone worker given nothing left the job unfinished.
+        assert_eq!(when_done(at(30), false, false, DRAIN), None);
+        assert_eq!(when_done(at(119), false, false, DRAIN), None);
+        assert_eq!(
+            when_done(at(120), false, false, DRAIN),
+            Some(SourceExit::DrainTimedOut)
+        );
     }
 }

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::backlog::{self, BacklogReader};
 use super::context::Ctx;
-use super::{fmt_behind, starts_at_end, SourceError, SourceExit, SourceOptions};
+use super::{starts_at_end, SourceError, SourceExit, SourceOptions};
 use crate::acks::{Acks, RecordRef};
 use crate::offsets::TopicPartition;
 use crate::record::{Charge, Record};
@@ -53,10 +53,6 @@ pub(super) struct Poller {
 /// Bytes a record costs beyond its key, value and headers (its item, its
 /// place in batches and the tracker), for the byte budget.
 const RECORD_OVERHEAD: usize = 256;
-
-/// A done batch worker waits at most this many drain timeouts for a group
-/// whose other partitions do not move before it leaves.
-const STALLED_GROUP_WAITS: u32 = 4;
 
 /// How often the group's backlog per partition is re-read.
 pub(super) const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
@@ -116,42 +112,13 @@ impl Poller {
                 info!("caught up: the group has committed every partition up to its end offset, and this worker holds none");
                 return Ok(SourceExit::CaughtUp);
             }
-            if self.opts.until_caught_up && self.idle() {
-                self.follow_positions();
-            }
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);
                 if self.committed_to_end() {
                     let since = *self.done_at.get_or_insert_with(Instant::now);
-                    if self.group_caught_up() {
-                        info!("caught up: every assigned partition is committed up to its end offset, and the group's others too");
-                        return Ok(SourceExit::CaughtUp);
+                    if let Some(exit) = self.leave_when_done(since) {
+                        return Ok(exit);
                     }
-                    if since.elapsed() >= self.opts.drain_timeout && self.group_moving() {
-                        warn!(
-                            waited_s = since.elapsed().as_secs(),
-                            behind = %fmt_behind(&self.group_behind()),
-                            "caught up, but the group's other partitions are not committed to their end yet; their owners are working, leaving"
-                        );
-                        return Ok(SourceExit::CaughtUp);
-                    }
-                    if since.elapsed() >= self.opts.drain_timeout * STALLED_GROUP_WAITS {
-                        // Leaving makes the coordinator rebalance, which hands
-                        // partitions nobody moves to the members still there;
-                        // the exit code says work is left.
-                        warn!(
-                            waited_s = since.elapsed().as_secs(),
-                            behind = %fmt_behind(&self.group_behind()),
-                            "caught up, but the group's other partitions are behind and have not moved; leaving, with work left to the group (exit 3)"
-                        );
-                        return Ok(SourceExit::DrainTimedOut);
-                    }
-                    self.warn_if_group_stalls(since);
-                    // Stay in the group (a leaving member stalls the busy
-                    // ones in a rebalance) until the others are done too, for
-                    // at most drain_timeout while they progress; while they do
-                    // not (their owners may be dead, their sessions not yet
-                    // expired), stay to take their partitions over.
                 } else {
                     self.done_at = None;
                 }
@@ -177,11 +144,6 @@ impl Poller {
                 tracker.advance_to_position(e.topic(), e.partition(), at);
             }
         }
-    }
-
-    /// Nothing tracked is waiting, nothing is held back.
-    fn idle(&self) -> bool {
-        self.ctx().acks.lock().pending_total() == 0 && self.ctx().held.lock().unwrap().is_empty()
     }
 
     /// Tells the operator endpoints Kafka answered (at most once a second).
