@@ -45,19 +45,6 @@ impl Acks {
         Self::default()
     }
 
-    /// Marks partitions closing (revocation, shutdown): writes on the wire
-    /// finish, nothing new starts for them; waiting writers are woken.
-    pub fn close(&self, tps: &[TopicPartition]) {
-        {
-            let mut tracker = self.lock();
-            for (t, p) in tps {
-                tracker.close(t, *p);
-            }
-        }
-        self.changed.notify_all();
-        self.closings.send_modify(|n| *n += 1);
-    }
-
     /// Marks partitions closing, still owned until `until` (the drain
     /// deadline): nothing new starts, writes already started may retry while
     /// an attempt can finish before it; waiting writers are woken.

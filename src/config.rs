@@ -355,18 +355,20 @@ pub fn is_secret(key: &str) -> bool {
     MARKS.iter().any(|m| key.contains(m))
 }
 
+/// A property's value as it may be shown: `<redacted>` for secrets.
+fn shown<'a>(key: &str, value: &'a str) -> &'a str {
+    if is_secret(key) {
+        "<redacted>"
+    } else {
+        value
+    }
+}
+
 /// The properties with every secret value replaced by `<redacted>`.
 pub fn redacted(props: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
     props
         .iter()
-        .map(|(k, v)| {
-            let shown = if is_secret(k) {
-                "<redacted>"
-            } else {
-                v.as_str()
-            };
-            (k.as_str(), shown)
-        })
+        .map(|(k, v)| (k.as_str(), shown(k, v)))
         .collect()
 }
 
@@ -669,14 +671,9 @@ impl RawKafka {
     fn validate(self) -> Result<KafkaSettings, ConfigError> {
         for (k, v) in &self.properties {
             if RESERVED_KAFKA_PROPERTIES.contains(&k.as_str()) {
-                let shown = if is_secret(k) {
-                    "<redacted>"
-                } else {
-                    v.as_str()
-                };
                 return Err(invalid(
                     format!("kafka.properties.\"{k}\""),
-                    shown,
+                    shown(k, v),
                     "is set by the worker itself (use kafka.brokers / kafka.group_id; offsets are committed only after writes)",
                 ));
             }

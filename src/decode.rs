@@ -466,6 +466,14 @@ mod tests {
         assert_eq!(wcu(1025), 2);
     }
 
+    /// An item with string attributes `pk` and `sk`.
+    fn item(pk: &str, sk: &str) -> Item {
+        [("pk", pk), ("sk", sk)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), AttributeValue::S(v.to_string())))
+            .collect()
+    }
+
     proptest::proptest! {
         #[test]
         fn distinct_keys_never_collide(
@@ -473,12 +481,6 @@ mod tests {
             pk2 in "[a\u{1f}SN0-9:]{0,6}", sk2 in "[a\u{1f}SN0-9:]{0,6}",
         ) {
             let s = schema(("pk", KeyType::S), Some(("sk", KeyType::S)));
-            let item = |pk: &str, sk: &str| -> Item {
-                [("pk", pk), ("sk", sk)]
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), AttributeValue::S(v.to_string())))
-                    .collect()
-            };
             let a = key_of(&item(&pk1, &sk1), &s).unwrap();
             let b = key_of(&item(&pk2, &sk2), &s).unwrap();
             proptest::prop_assert_eq!(a == b, (pk1, sk1) == (pk2, sk2));
@@ -488,12 +490,6 @@ mod tests {
     #[test]
     fn a_separator_in_a_value_cannot_forge_a_sort_key() {
         let s = schema(("pk", KeyType::S), Some(("sk", KeyType::S)));
-        let item = |pk: &str, sk: &str| -> Item {
-            [("pk", pk), ("sk", sk)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), AttributeValue::S(v.to_string())))
-                .collect()
-        };
         assert_ne!(
             key_of(&item("a\u{1f}Sb", "c"), &s),
             key_of(&item("a", "b\u{1f}Sc"), &s)

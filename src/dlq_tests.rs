@@ -97,7 +97,7 @@ async fn transient_failures_retry_until_the_partition_is_gone() {
         let acks = acks.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(60)).await;
-            acks.close(&[("t".to_string(), 0)]);
+            acks.close_until(&[("t".to_string(), 0)], std::time::Instant::now());
         })
     };
     let started = tokio::time::Instant::now();

@@ -111,13 +111,27 @@ impl Setup {
         self.writer.acks.lock().pending("t", 0)
     }
 
-    fn close_after(&self, d: Duration) -> tokio::task::JoinHandle<()> {
+    /// Runs `f` on the offset tracker after `d` (virtual time).
+    fn after(
+        &self,
+        d: Duration,
+        f: impl FnOnce(&Acks) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         let acks = self.writer.acks.clone();
         tokio::spawn(async move {
             tokio::time::sleep(d).await;
-            acks.close(&[("t".to_string(), 0)]);
+            f(&acks);
         })
     }
+
+    /// Closes t/0 after `d`, for good (no retry fits).
+    fn close_after(&self, d: Duration) -> tokio::task::JoinHandle<()> {
+        self.after(d, |acks| acks.close_until(&tp(), std::time::Instant::now()))
+    }
+}
+
+fn tp() -> [(String, i32); 1] {
+    [("t".to_string(), 0)]
 }
 
 fn throttled() -> WriteError {
@@ -288,11 +302,8 @@ async fn a_started_batch_retries_during_the_drain_while_an_attempt_fits() {
     });
     let mut s = setup(script, exponential(1_000.0), None);
     let slots = s.keys(3);
-    let acks = s.writer.acks.clone();
-    let closer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let until = std::time::Instant::now() + Duration::from_secs(30);
-        acks.close_until(&[("t".to_string(), 0)], until);
+    let closer = s.after(Duration::from_millis(300), |acks| {
+        acks.close_until(&tp(), std::time::Instant::now() + Duration::from_secs(30))
     });
     s.write(slots).await.unwrap();
     assert_eq!(s.sink.calls().len(), 3, "retried within the drain");
@@ -316,11 +327,9 @@ async fn a_reassigned_partition_is_not_written_by_the_old_epoch() {
     });
     let mut s = setup(script, exponential(1_000.0), None);
     let slots = s.keys(2);
-    let acks = s.writer.acks.clone();
-    let reassign = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        acks.close(&[("t".to_string(), 0)]);
-        acks.revoke(&[("t".to_string(), 0)]);
+    let reassign = s.after(Duration::from_millis(200), |acks| {
+        acks.close_until(&tp(), std::time::Instant::now());
+        acks.revoke(&tp());
         acks.lock().assign("t", 0, Some(0));
     });
     s.write(slots).await.unwrap();

@@ -179,18 +179,15 @@ impl Poller {
                 .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
                 .collect()
         });
-        let record = Record {
+        let mut record = Record {
             key: msg.key().map(<[u8]>::to_vec),
             value: msg.payload().map(<[u8]>::to_vec),
             headers,
             timestamp_ms: msg.timestamp().to_millis(),
             at,
-            charge: Default::default(),
+            charge: Charge::default(),
         };
-        let record = Record {
-            charge: Charge::new(&self.opts.buffered, record.size() + RECORD_OVERHEAD),
-            ..record
-        };
+        record.charge = Charge::new(&self.opts.buffered, record.size() + RECORD_OVERHEAD);
         self.ctx().held.lock().unwrap().push_back(record);
     }
 
