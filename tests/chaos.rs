@@ -34,7 +34,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
@@ -47,6 +46,8 @@ const PARTITIONS: i32 = 6;
 struct Plan {
     mode: &'static str,
     seed: u64,
+    /// Extra `ingest throttle-proxy` arguments (CHAOS_PROXY_ARGS).
+    proxy_args: String,
     records: usize,
     workers: usize,
     kills: usize,
@@ -71,6 +72,7 @@ fn plan() -> Plan {
         Plan {
             mode: "full",
             seed,
+            proxy_args: String::new(),
             records: 100_000,
             workers: 3,
             kills: 10,
@@ -87,6 +89,7 @@ fn plan() -> Plan {
         Plan {
             mode: "short",
             seed,
+            proxy_args: String::new(),
             records: 12_000,
             workers: 3,
             kills: 3,
@@ -110,6 +113,8 @@ fn plan() -> Plan {
         }
     };
     over("RECORDS", &mut plan.records);
+    over("WORKERS", &mut plan.workers);
+    plan.proxy_args = std::env::var("CHAOS_PROXY_ARGS").unwrap_or_default();
     over("KILLS", &mut plan.kills);
     over("TERMS", &mut plan.terms);
     over("CHURN", &mut plan.churn);
@@ -246,23 +251,6 @@ struct Sample {
     dlq_end: i64,
 }
 
-fn read_committed(consumer: &BaseConsumer, topic: &str) -> Option<Vec<i64>> {
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition(topic, p);
-    }
-    let got = consumer
-        .committed_offsets(tpl, Duration::from_secs(3))
-        .ok()?;
-    let out = (0..PARTITIONS)
-        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => -1,
-        })
-        .collect();
-    Some(out)
-}
-
 /// Samples committed offsets and the dead-letter topic's end every second.
 fn sampler(
     group: Arc<Mutex<String>>,
@@ -271,15 +259,8 @@ fn sampler(
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<(Vec<Sample>, usize)> {
     std::thread::spawn(move || {
-        let reader = |group: &str| -> BaseConsumer {
-            ClientConfig::new()
-                .set("bootstrap.servers", BROKERS)
-                .set("group.id", group)
-                .create()
-                .unwrap()
-        };
         let mut current = group.lock().unwrap().clone();
-        let mut consumer = reader(&current);
+        let mut consumer = group_reader(&current);
         let mut samples = Vec::new();
         let mut missed = 0;
         while !stop.load(Ordering::SeqCst) {
@@ -287,12 +268,12 @@ fn sampler(
             let wanted = group.lock().unwrap().clone();
             if wanted != current {
                 current = wanted;
-                consumer = reader(&current);
+                consumer = group_reader(&current);
             }
             // Offsets first: whatever they cover was written or dead-lettered
             // before they were read, so before the dead-letter end read next
             // and before any table scan started after `at`.
-            let committed = read_committed(&consumer, &topic);
+            let committed = committed_by(&consumer, &topic, PARTITIONS, Duration::from_secs(3));
             let at = Instant::now();
             let dlq_end = consumer.fetch_watermarks(&dlq, 0, Duration::from_secs(3));
             match (dlq_end, committed) {
@@ -505,7 +486,9 @@ async fn chaos() {
     let started = Instant::now();
     let _ = std::fs::remove_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/target/chaos/logs"));
     let s = Setup::build(PARTITIONS, "", Some(plan.wcu)).await;
-    let proxy = ThrottleProxy::start(&[]);
+    // Other server shapes, e.g. CHAOS_PROXY_ARGS="--burst-s 0.25".
+    let shape: Vec<&str> = plan.proxy_args.split_whitespace().collect();
+    let proxy = ThrottleProxy::start(&shape);
     s.use_endpoint(&proxy.endpoint());
     let w = workload(&plan);
     let (landed, refused) = produce_all(&s.topic, &w).await;
@@ -711,10 +694,13 @@ async fn chaos() {
     );
     assert_eq!(batch_code, Some(0), "{out}");
     assert_eq!(committed, end, "{out}");
-    assert!(
-        samples.len() as u64 >= faults_done_s as u64 / 2,
-        "too few samples: {out}"
-    );
+    // Every fault was followed by a reading of the committed offsets.
+    for (at, fault) in &faults {
+        assert!(
+            samples.iter().any(|s| s.at > t0 + *at),
+            "no sample after {fault:?} at {at:?}: {out}"
+        );
+    }
 }
 
 /// Commits `from`'s committed offsets for `topic` as `to`'s (no member of
@@ -866,52 +852,22 @@ struct LetterSeen {
 }
 
 fn read_all_letters(topic: &str) -> Vec<LetterSeen> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
-        .set("group.id", unique("chaos-dlq"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let (_, end) = consumer
-        .fetch_watermarks(topic, 0, Duration::from_secs(10))
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut out = Vec::new();
-    let mut next = 0;
-    while next < end && Instant::now() < deadline {
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = m.expect("dead letter");
-        next = m.offset() + 1;
-        let header = |k: &str| {
-            m.headers().and_then(|h| {
-                h.iter()
-                    .find(|x| x.key == k)
-                    .and_then(|x| x.value)
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-            })
-        };
-        let num = |k: &str| header(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
-        out.push(LetterSeen {
-            dlq_offset: m.offset(),
+    read_all_dead_letters(topic)
+        .into_iter()
+        .map(|l| LetterSeen {
+            dlq_offset: l.offset,
             source: (
-                num("ingest.source.partition") as i32,
-                num("ingest.source.offset"),
+                l.number("ingest.source.partition") as i32,
+                l.number("ingest.source.offset"),
             ),
-            reason: header("ingest.error.reason").unwrap_or_default(),
-            has_value: m.payload().is_some(),
-        });
-    }
-    assert!(
-        next >= end,
-        "dead-letter topic not read to its end ({next} of {end})"
-    );
-    out
+            reason: l
+                .headers
+                .get("ingest.error.reason")
+                .cloned()
+                .unwrap_or_default(),
+            has_value: l.value.is_some(),
+        })
+        .collect()
 }
 
 #[derive(Default)]

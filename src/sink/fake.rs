@@ -33,6 +33,8 @@ pub struct FakeSink {
     /// Time each call takes.
     pub latency: Duration,
     pub tables: HashMap<String, TableInfo>,
+    /// DescribeTable answers 503 until then (an outage).
+    pub describe_down_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for FakeSink {
@@ -52,6 +54,7 @@ impl FakeSink {
             script: Mutex::new(script),
             latency: Duration::from_millis(5),
             tables: HashMap::new(),
+            describe_down_until: Mutex::new(None),
         }
     }
 
@@ -101,6 +104,10 @@ impl Sink for FakeSink {
 
     fn describe<'a>(&'a self, table: &'a str) -> SinkFuture<'a, TableInfo> {
         Box::pin(async move {
+            let down = *self.describe_down_until.lock().unwrap();
+            if down.is_some_and(|t| tokio::time::Instant::now() < t) {
+                return Err(WriteError::Retryable("HTTP 503 ServiceUnavailable".into()));
+            }
             self.tables
                 .get(table)
                 .cloned()

@@ -21,6 +21,7 @@ use crate::ops::prom::Exporter;
 use crate::source::Assignment;
 use crate::telemetry::Counters;
 use crate::throttle::control::Control;
+use crate::throttle::simple::Exponential;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -79,7 +80,7 @@ pub async fn resolve_routes(
         let resolved = match tables.get(table) {
             Some(t) => t.clone(),
             None => {
-                let info = describe_patiently(sink, table, settings.dynamodb.start_patience)
+                let info = describe_patiently(sink, table, settings.dynamodb.start_patience, seed)
                     .await
                     .map_err(|source| TableError::Describe {
                         table: table.clone(),
@@ -134,20 +135,21 @@ async fn describe_patiently(
     sink: &dyn Sink,
     table: &str,
     patience: Duration,
+    seed: u64,
 ) -> Result<TableInfo, WriteError> {
     let give_up = Instant::now() + patience;
-    let mut delay = Duration::from_millis(200);
+    let mut backoff = Exponential::transient(seed);
     loop {
-        match sink.describe(table).await {
-            Err(e @ (WriteError::Retryable(_) | WriteError::Throttled(_)))
-                if Instant::now() + delay < give_up =>
-            {
-                warn!(table, error = %e, retry_in_ms = delay.as_millis() as u64, "DescribeTable failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-            other => return other,
+        let answer = sink.describe(table).await;
+        let Err(e @ (WriteError::Retryable(_) | WriteError::Throttled(_))) = &answer else {
+            return answer;
+        };
+        let delay = backoff.next_failure();
+        if Instant::now() + delay >= give_up {
+            return answer;
         }
+        warn!(table, error = %e, retry_in_ms = delay.as_millis() as u64, "DescribeTable failed; retrying");
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -319,6 +321,48 @@ mod tests {
 
     fn share_of(a: &Assignment) -> f64 {
         share(a, &["t".to_string()]).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_table_is_described_again_through_an_outage_until_patience_runs_out() {
+        use crate::sink::fake::FakeSink;
+        let key = KeySchema {
+            hash: crate::decode::KeyAttr {
+                name: "id".into(),
+                kind: crate::decode::KeyType::S,
+            },
+            range: None,
+        };
+        let mut sink = FakeSink::accepting();
+        sink.tables.insert(
+            "t".into(),
+            TableInfo {
+                key,
+                capacity: Some(100.0),
+            },
+        );
+        // Unavailable for 5 s, then back: found.
+        *sink.describe_down_until.lock().unwrap() =
+            Some(tokio::time::Instant::now() + Duration::from_secs(5));
+        let patience = Duration::from_secs(60);
+        let info = describe_patiently(&sink, "t", patience, 1).await.unwrap();
+        assert_eq!(info.capacity, Some(100.0));
+        // Unavailable for longer than the patience: the last error, in time.
+        let started = tokio::time::Instant::now();
+        *sink.describe_down_until.lock().unwrap() = Some(started + Duration::from_secs(600));
+        let err = describe_patiently(&sink, "t", patience, 1)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, WriteError::Retryable(_)), "{err}");
+        assert!(started.elapsed() <= patience, "{:?}", started.elapsed());
+        // A missing table fails at once.
+        *sink.describe_down_until.lock().unwrap() = None;
+        let started = tokio::time::Instant::now();
+        assert!(matches!(
+            describe_patiently(&sink, "nope", patience, 1).await,
+            Err(WriteError::Fatal(_))
+        ));
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[test]

@@ -41,8 +41,8 @@ use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::Counters;
 use crate::throttle::control::Control;
-use crate::throttle::simple::{Exponential, ExponentialConfig};
-use crate::throttle::{Feedback, Strategy};
+use crate::throttle::simple::Exponential;
+use crate::throttle::Strategy;
 
 /// Dead-letter reason for records DynamoDB itself rejects.
 pub const REJECTED_REASON: &str = "dynamodb_rejected";
@@ -57,17 +57,6 @@ pub struct Writer {
     /// The longest one attempt takes (the request timeout): a retry starts
     /// only if it can finish while the partition is still this worker's.
     pub attempt_timeout: Duration,
-}
-
-/// Backoff for transient failures (network, 5xx): 100 ms doubling to 10 s.
-fn transient_backoff(seed: u64) -> Exponential {
-    let cfg = ExponentialConfig {
-        initial_ms: 100.0,
-        max_ms: 10_000.0,
-        multiplier: 2.0,
-        jitter: 0.3,
-    };
-    Exponential::new(cfg, seed)
 }
 
 /// A failure that stops the worker.
@@ -147,7 +136,7 @@ impl Writer {
         seed: u64,
         mut started: bool,
     ) -> Result<Left, WriteError> {
-        let mut transient = transient_backoff(seed);
+        let mut transient = Exponential::transient(seed);
         let c = &self.counters;
         self.wait(ctl, ctl.before_call(), &remaining, started).await;
         loop {
@@ -195,10 +184,7 @@ impl Writer {
                 }
                 Err(WriteError::Retryable(m)) => {
                     count(c, ctl, |c| &c.retryable_errors, 1);
-                    let d = transient.after_attempt(&Feedback {
-                        throttled: true,
-                        ..Feedback::default()
-                    });
+                    let d = transient.next_failure();
                     warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
                     self.wait(ctl, d, &remaining, true).await;
                     continue;

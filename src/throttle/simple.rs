@@ -131,6 +131,26 @@ pub struct Exponential {
 }
 
 impl Exponential {
+    /// The schedule for transient failures (network, 5xx), which are not
+    /// capacity signals: 100 ms doubling to 10 s, each wait ±30%.
+    pub fn transient(seed: u64) -> Self {
+        let cfg = ExponentialConfig {
+            initial_ms: 100.0,
+            max_ms: 10_000.0,
+            multiplier: 2.0,
+            jitter: 0.3,
+        };
+        Self::new(cfg, seed)
+    }
+
+    /// The wait after one more failure.
+    pub fn next_failure(&mut self) -> Duration {
+        self.after_attempt(&Feedback {
+            throttled: true,
+            ..Feedback::default()
+        })
+    }
+
     pub fn new(cfg: ExponentialConfig, seed: u64) -> Self {
         Self {
             cfg,

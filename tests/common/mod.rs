@@ -271,18 +271,37 @@ pub fn mixed_record(id: &str, n: u64) -> String {
 
 /// Committed offsets of `group` for `topic`'s partitions (-1 when none).
 pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    committed_by(
+        &group_reader(group),
+        topic,
+        partitions,
+        Duration::from_secs(10),
+    )
+    .expect("committed offsets")
+}
+
+/// A consumer of `group` that never joins it: it only reads its offsets.
+pub fn group_reader(group: &str) -> BaseConsumer {
+    ClientConfig::new()
         .set("bootstrap.servers", BROKERS)
         .set("group.id", group)
         .create()
-        .unwrap();
+        .unwrap()
+}
+
+/// The committed offsets `consumer`'s group holds for `topic` (-1 when
+/// none); None when the broker does not answer in `timeout`.
+pub fn committed_by(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Option<Vec<i64>> {
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let got = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
+    let got = consumer.committed_offsets(tpl, timeout).ok()?;
     let out = (0..partitions)
         .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
@@ -290,7 +309,7 @@ pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
         })
         .collect();
     drop(got);
-    out
+    Some(out)
 }
 
 /// End (high watermark) offsets of a topic's partitions.
@@ -312,13 +331,30 @@ pub fn end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
 /// A dead letter as read back from the topic.
 #[derive(Debug)]
 pub struct DeadLetter {
+    /// Its own offset in the dead-letter topic.
+    pub offset: i64,
     pub key: Option<String>,
     pub value: Option<Vec<u8>>,
     pub headers: HashMap<String, String>,
 }
 
-/// Reads `n` records from partition 0 of `topic` (fails after 30 s).
-pub fn read_dead_letters(topic: &str, n: usize) -> Vec<DeadLetter> {
+impl DeadLetter {
+    /// A numeric header (-1 when absent or not a number).
+    pub fn number(&self, header: &str) -> i64 {
+        self.headers
+            .get(header)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1)
+    }
+}
+
+/// Reads partition 0 of `topic` from its start until `enough` says so or
+/// `within` passes.
+fn read_letters(
+    topic: &str,
+    within: Duration,
+    enough: impl Fn(&[DeadLetter]) -> bool,
+) -> Vec<DeadLetter> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", BROKERS)
         .set("group.id", unique("dlq-reader"))
@@ -329,32 +365,47 @@ pub fn read_dead_letters(topic: &str, n: usize) -> Vec<DeadLetter> {
     tpl.add_partition_offset(topic, 0, Offset::Beginning)
         .unwrap();
     consumer.assign(&tpl).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + within;
     let mut out = Vec::new();
-    while out.len() < n && Instant::now() < deadline {
-        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
-            let m = m.expect("dead letter");
-            let headers = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|x| {
-                            (
-                                x.key.to_string(),
-                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            out.push(DeadLetter {
-                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-                value: m.payload().map(<[u8]>::to_vec),
-                headers,
-            });
-        }
+    while !enough(&out) && Instant::now() < deadline {
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("dead letter");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|x| (x.key.to_string(), text(x.value.unwrap_or_default())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(DeadLetter {
+            offset: m.offset(),
+            key: m.key().map(text),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers,
+        });
     }
     out
+}
+
+/// Reads `n` records from partition 0 of `topic` (gives up after 30 s).
+pub fn read_dead_letters(topic: &str, n: usize) -> Vec<DeadLetter> {
+    read_letters(topic, Duration::from_secs(30), |got| got.len() >= n)
+}
+
+/// Reads partition 0 of `topic` up to its end offset as of now (fails after
+/// 120 s).
+pub fn read_all_dead_letters(topic: &str) -> Vec<DeadLetter> {
+    let end = end_offsets(topic, 1)[0];
+    let letters = read_letters(topic, Duration::from_secs(120), |got| {
+        got.last().is_some_and(|l| l.offset + 1 >= end) || end == 0
+    });
+    let next = letters.last().map_or(0, |l| l.offset + 1);
+    assert!(next >= end, "{topic} not read to its end ({next} of {end})");
+    letters
 }
 
 /// One test's worker setup: topic, table, group, dead-letter topic, config file.
