@@ -14,8 +14,9 @@
 //! - [`offsets`]: the pure per-partition watermark (what may be committed);
 //!   [`acks`] shares it between the writers and the source thread, and wakes
 //!   writers when partitions close.
-//! - [`pipeline`]: route -> decode -> batch -> dispatch, key order across
-//!   batches; [`decode`]: JSON record value -> DynamoDB item, key checks, size
+//! - [`pipeline`]: route -> decode -> batch -> dispatch, a task per table,
+//!   key order across batches; [`congestion`]: which tables' queues are long,
+//!   so the source pauses only the partitions that feed them; [`decode`]: JSON record value -> DynamoDB item, key checks, size
 //!   and WCU.
 //! - [`sink`]: the `Sink` seam (DynamoDB client with the SDK's retries off, a
 //!   recording fake for tests), batches under DynamoDB's limits, the write
@@ -40,6 +41,7 @@
 
 pub mod acks;
 pub mod config;
+pub mod congestion;
 pub mod decode;
 pub mod devbroker;
 pub mod dlq;

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 
 use crate::acks::Acks;
 use crate::config::Settings;
+use crate::congestion::Congestion;
 use crate::dlq::DeadLetters;
 use crate::ops;
 use crate::ops::live::{Live, TableView};
@@ -142,6 +143,13 @@ pub async fn run(
         .pollers
         .spawn(tables::log_controls(tables.clone(), counters.clone()));
     let (tx, rx) = mpsc::channel(settings.pipeline.max_buffered_records);
+    // A table with this many records queued pauses the partitions feeding it.
+    let congestion = Arc::new(Congestion::new(
+        routes
+            .iter()
+            .map(|(topic, r)| (topic.as_str(), &r.table.name)),
+        settings.pipeline.max_buffered_records,
+    ));
     let halves = Halves {
         stop: CancellationToken::new(),
         abort: CancellationToken::new(),
@@ -161,6 +169,7 @@ pub async fn run(
             .then_some(settings.ops.lag_interval),
         buffered: Arc::default(),
         max_buffered_bytes: settings.pipeline.max_buffered_bytes,
+        congestion: congestion.clone(),
     };
     let source = {
         let (acks, counters, stop, abort) = (
@@ -187,6 +196,7 @@ pub async fn run(
         settings.pipeline.batch_linger,
         settings.dynamodb.max_in_flight_batches,
         seed,
+        &congestion,
     );
     let ended = halves.run(source, pipeline.run(rx)).await;
     helpers.stop().await;

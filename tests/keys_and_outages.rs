@@ -237,3 +237,63 @@ async fn a_dynamodb_outage_mid_run_is_retried_and_loses_nothing() {
     assert_eq!(count(&dynamo().await, &s.table).await, 6_000);
     assert_eq!(s.committed(), s.end_offsets());
 }
+
+/// Records keyed and valued "{prefix}{i}" (the item's `id`).
+fn ids(prefix: &str, n: usize) -> Vec<(String, Option<String>)> {
+    (0..n)
+        .map(|i| {
+            let id = format!("{prefix}{i}");
+            let value = format!(r#"{{"id":"{id}","pad":"{}"}}"#, "x".repeat(200));
+            (id, Some(value))
+        })
+        .collect()
+}
+
+/// A table provisioned at 1 WCU/s (the worker paces it to that) holds up only
+/// the partitions that feed it: the pipeline queues per table and the source
+/// pauses the slow table's partitions, while another table's topic is written
+/// and committed to its end. Before, one table waiting for a write slot held
+/// every table's records.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_table_holds_up_only_its_own_partitions() {
+    let s = Setup::build(2, "", Some(1)).await;
+    let (fast_topic, fast_table) = (unique("in"), unique("tbl"));
+    create_topics(&[(&fast_topic, 2)]).await;
+    let client = dynamo().await;
+    create_table(&client, &fast_table, false).await;
+    s.append_config(&format!(
+        "[[route]]\ntopic = \"{fast_topic}\"\ntable = \"{fast_table}\"\n"
+    ));
+    let slow = produce(&s.topic, ids("slow-", 600)).await;
+    produce(&fast_topic, ids("fast-", 3_000)).await;
+    let fast_end = end_offsets(&fast_topic, 2);
+    // A short queue per table, so the slow one is congested and paused.
+    let worker = s.spawn_with_env(
+        false,
+        &[
+            ("INGEST__PIPELINE__MAX_BUFFERED_RECORDS", "100"),
+            ("INGEST__PIPELINE__DRAIN_TIMEOUT_S", "15"),
+        ],
+    );
+    eventually(
+        Duration::from_secs(120),
+        "the fast table written and its topic committed to the end",
+        || async {
+            count(&client, &fast_table).await == 3_000
+                && committed(&s.group, &fast_topic, 2) == fast_end
+        },
+    )
+    .await;
+    let written = scan(&client, &s.table).await;
+    assert!(
+        written.len() < 300,
+        "the slow table is paced at 1 WCU/s, yet {} of 600 are written",
+        written.len()
+    );
+    worker.signal("TERM");
+    let (code, _) = worker.wait(Duration::from_secs(60));
+    assert!(matches!(code, Some(0) | Some(3)), "exit {code:?}");
+    let written: std::collections::HashSet<String> =
+        scan(&client, &s.table).await.into_keys().collect();
+    assert_committed_were_written(&slow, &s.committed(), &written);
+}

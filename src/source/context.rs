@@ -12,7 +12,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
-use super::poller::commit;
+use super::pausing::Pausing;
+use super::poller::{apply, commit};
 use super::{fmt_tps, tps_of, Assignment};
 use crate::acks::Acks;
 use crate::offsets::TopicPartition;
@@ -23,7 +24,8 @@ use crate::telemetry::Counters;
 pub(super) struct Ctx {
     pub(super) acks: Arc<Acks>,
     pub(super) held: Mutex<VecDeque<Record>>,
-    pub(super) paused: AtomicBool,
+    /// Which partitions are held paused, and why.
+    pub(super) pausing: Mutex<Pausing>,
     pub(super) closing: AtomicBool,
     pub(super) assigned_once: AtomicBool,
     /// Between a revocation and the next assignment (eager rebalancing): the
@@ -83,8 +85,9 @@ impl ConsumerContext for Ctx {
                 }
             }
             self.to_learn.lock().unwrap().extend(tps.iter().cloned());
-            if self.paused.load(SeqCst) {
-                let _ = consumer.pause(tpl);
+            let plan = self.pausing.lock().unwrap().plan(&tps);
+            if let Err(e) = apply(consumer, &plan) {
+                warn!(error = %e, "cannot pause or resume newly assigned partitions");
             }
             self.assigned_once.store(true, SeqCst);
             self.rebalancing.store(false, SeqCst);
@@ -106,7 +109,7 @@ impl Ctx {
         Ctx {
             acks,
             held: Mutex::new(VecDeque::new()),
-            paused: AtomicBool::new(false),
+            pausing: Mutex::new(Pausing::default()),
             closing: AtomicBool::new(false),
             assigned_once: AtomicBool::new(false),
             rebalancing: AtomicBool::new(false),

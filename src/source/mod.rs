@@ -2,8 +2,10 @@
 //!
 //! It polls the consumer group, tracks every record it forwards (in delivery
 //! order) and hands records to the async pipeline through a bounded channel.
-//! When the channel is full it **pauses** its partitions and keeps polling, so
-//! a slow table never makes it miss `max.poll.interval.ms`. It commits the
+//! When the channel or the byte budget is full it **pauses** its partitions,
+//! and those of a congested table (one whose queue in the pipeline is long)
+//! at any time, and keeps polling, so a slow table never makes it miss
+//! `max.poll.interval.ms` nor holds up the other tables. It commits the
 //! acked watermarks periodically, on revocation (after draining the revoked
 //! partitions' in-flight writes), and at shutdown. Draining marks the
 //! partitions closing: writes under way finish, records not yet being written
@@ -15,6 +17,7 @@
 //!
 //! - [`context`]: the consumer's context: rebalance callbacks (drain, commit
 //!   and forget revoked partitions), consumer lag from librdkafka's stats.
+//! - [`pausing`]: which partitions are held paused (pure).
 //! - [`poller`]: the poll loop: track, forward, pause, learn positions,
 //!   commit, drain.
 //! - [`caught_up`]: batch mode's judgement: this worker's partitions and the
@@ -25,6 +28,7 @@
 pub mod backlog;
 mod caught_up;
 mod context;
+mod pausing;
 mod poller;
 
 use std::collections::HashMap;
@@ -42,6 +46,7 @@ use tracing::warn;
 
 use crate::acks::Acks;
 use crate::config::KafkaSettings;
+use crate::congestion::Congestion;
 use crate::offsets::TopicPartition;
 use crate::ops::live::Live;
 use crate::record::Record;
@@ -105,6 +110,8 @@ pub struct SourceOptions {
     /// back when dropped); the source pauses at `max_buffered_bytes`.
     pub buffered: Arc<std::sync::atomic::AtomicUsize>,
     pub max_buffered_bytes: usize,
+    /// Which tables' queues are long: their topics' partitions are paused.
+    pub congestion: Arc<Congestion>,
 }
 
 /// Builds the consumer configuration: ours first, then the pass-through
@@ -202,6 +209,8 @@ pub fn run(
         group_moved_at: None,
         group_stall_warned: None,
         kafka_seen: None,
+        congested: Default::default(),
+        congestion_seen: u64::MAX,
     };
     let exit = poller.run_loop(&stop);
     let result = match exit {

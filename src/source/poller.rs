@@ -2,8 +2,8 @@
 //! pause partitions while the pipeline is full, learn new partitions' start
 //! and end offsets, commit periodically, and drain at the end.
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,8 @@ use tracing::{debug, info, warn};
 
 use super::backlog::{self, BacklogReader};
 use super::context::Ctx;
-use super::{starts_at_end, SourceError, SourceExit, SourceOptions};
+use super::pausing::{Plan, Want};
+use super::{starts_at_end, tps_of, SourceError, SourceExit, SourceOptions};
 use crate::acks::{Acks, RecordRef};
 use crate::offsets::TopicPartition;
 use crate::record::{Charge, Record};
@@ -48,6 +49,9 @@ pub(super) struct Poller {
     pub(super) group_stall_warned: Option<Instant>,
     /// When Kafka's answer was last told to the operator endpoints.
     pub(super) kafka_seen: Option<Instant>,
+    /// The congested tables' topics, as of `congestion_seen`.
+    pub(super) congested: BTreeSet<String>,
+    pub(super) congestion_seen: u64,
 }
 
 /// Bytes a record costs beyond its key, value and headers (its item, its
@@ -79,12 +83,9 @@ impl Poller {
             }
             self.forward_held()?;
             let over_budget = self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes;
-            self.set_paused(!self.ctx().held.lock().unwrap().is_empty() || over_budget)?;
-            let timeout = Duration::from_millis(if self.ctx().paused.load(SeqCst) {
-                20
-            } else {
-                100
-            });
+            let full = !self.ctx().held.lock().unwrap().is_empty() || over_budget;
+            self.set_paused(full)?;
+            let timeout = Duration::from_millis(if full { 20 } else { 100 });
             match self.consumer.poll(timeout) {
                 Some(Ok(m)) => {
                     self.accept(&m);
@@ -210,18 +211,30 @@ impl Poller {
         Ok(())
     }
 
-    pub(super) fn set_paused(&self, pause: bool) -> Result<(), SourceError> {
-        if self.ctx().paused.swap(pause, SeqCst) == pause {
+    /// Pauses every partition (`all`: the pipeline is full, or draining), or
+    /// those of the congested tables' topics; resumes the others.
+    pub(super) fn set_paused(&mut self, all: bool) -> Result<(), SourceError> {
+        let changes = self.opts.congestion.changes();
+        if changes != self.congestion_seen {
+            self.congestion_seen = changes;
+            self.congested = self.opts.congestion.congested_topics();
+        }
+        let ctx = self.consumer.context().clone();
+        let mut pausing = ctx.pausing.lock().unwrap();
+        if pausing.wants(all, &self.congested) {
             return Ok(());
         }
-        let assignment = self.consumer.assignment()?;
-        if pause {
-            debug!("pipeline full: pausing partitions");
-            self.consumer.pause(&assignment)?;
-        } else {
-            debug!("pipeline has room: resuming partitions");
-            self.consumer.resume(&assignment)?;
+        let want = Want {
+            all,
+            topics: self.congested.clone(),
+        };
+        let assigned = tps_of(&self.consumer.assignment()?);
+        let plan = pausing.set(want, &assigned);
+        if !plan.is_empty() {
+            debug!(all, congested = ?self.congested, paused = plan.pause.len(),
+                resumed = plan.resume.len(), "pausing partitions");
         }
+        apply(&self.consumer, &plan)?;
         Ok(())
     }
 
@@ -326,6 +339,24 @@ impl Poller {
             SourceExit::DrainTimedOut
         }
     }
+}
+
+/// Pauses and resumes partitions as planned.
+pub(super) fn apply(consumer: &BaseConsumer<Ctx>, plan: &Plan) -> Result<(), KafkaError> {
+    let list = |tps: &[TopicPartition]| {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in tps {
+            tpl.add_partition(t, *p);
+        }
+        tpl
+    };
+    if !plan.pause.is_empty() {
+        consumer.pause(&list(&plan.pause))?;
+    }
+    if !plan.resume.is_empty() {
+        consumer.resume(&list(&plan.resume))?;
+    }
+    Ok(())
 }
 
 /// Commits the watermarks that moved (optionally only for some partitions).

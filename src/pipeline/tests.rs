@@ -1,0 +1,148 @@
+//! The pipeline under tokio's paused clock: one table that never answers
+//! must not hold up another.
+
+use std::collections::BTreeSet;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::acks::{Acks, RecordRef};
+use crate::decode::{Item, KeyAttr, KeyMode, KeySchema, KeyType};
+use crate::dlq::fake::FakeTopic;
+use crate::dlq::DeadLetters;
+use crate::sink::fake::id_of;
+use crate::sink::tables::{Resolved, Table};
+use crate::sink::{BatchOutcome, Sink, SinkFuture, TableInfo};
+use crate::telemetry::Counters;
+use crate::throttle::control::Control;
+use crate::throttle::simple::ExponentialConfig;
+use crate::throttle::StrategyConfig;
+
+/// Table "slow" never answers; every other table writes everything.
+#[derive(Debug, Default)]
+struct OneTableHangs {
+    written: Mutex<Vec<String>>,
+}
+
+impl Sink for OneTableHangs {
+    fn batch_write<'a>(&'a self, table: &'a str, items: Vec<Item>) -> SinkFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            if table == "slow" {
+                std::future::pending::<()>().await;
+            }
+            let mut written = self.written.lock().unwrap();
+            written.extend(items.iter().map(id_of));
+            Ok(BatchOutcome::default())
+        })
+    }
+
+    fn describe<'a>(&'a self, _table: &'a str) -> SinkFuture<'a, TableInfo> {
+        unreachable!("routes are resolved by the test")
+    }
+}
+
+fn route(table: &str) -> Resolved {
+    let strategy = StrategyConfig::Exponential(ExponentialConfig {
+        initial_ms: 100.0,
+        max_ms: 1_000.0,
+        multiplier: 2.0,
+        jitter: 0.0,
+    });
+    Resolved {
+        table: Arc::new(Table {
+            name: table.into(),
+            schema: KeySchema {
+                hash: KeyAttr {
+                    name: "id".into(),
+                    kind: KeyType::S,
+                },
+                range: None,
+            },
+            control: Arc::new(Control::new(
+                strategy.build(1),
+                None,
+                NonZeroU32::new(25).unwrap(),
+            )),
+        }),
+        key_mode: KeyMode::Record,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
+    let sink = Arc::new(OneTableHangs::default());
+    let acks = Arc::new(Acks::new());
+    let mut epochs = std::collections::HashMap::new();
+    for topic in ["to-slow", "to-fast"] {
+        epochs.insert(topic, acks.lock().assign(topic, 0, Some(0)));
+    }
+    let writer = Writer {
+        sink: sink.clone(),
+        acks: acks.clone(),
+        dlq: DeadLetters::with(Arc::new(FakeTopic::default()), "dlq"),
+        counters: Arc::new(Counters::default()),
+        attempt_timeout: Duration::from_secs(10),
+    };
+    let routes: Routes = [
+        ("to-slow".to_string(), route("slow")),
+        ("to-fast".to_string(), route("fast")),
+    ]
+    .into();
+    let congestion = Congestion::new(routes.iter().map(|(t, r)| (t.as_str(), &r.table.name)), 100);
+    let pipeline = Pipeline::new(
+        routes.clone(),
+        writer,
+        Duration::from_millis(50),
+        1,
+        7,
+        &congestion,
+    );
+    let (tx, rx) = mpsc::channel(10);
+    let running = tokio::spawn(pipeline.run(rx));
+    let n = 300i64;
+    let feeding = {
+        let acks = acks.clone();
+        tokio::spawn(async move {
+            for offset in 0..n {
+                for topic in ["to-slow", "to-fast"] {
+                    acks.lock().track(topic, 0, offset).unwrap();
+                    let at = RecordRef {
+                        topic: topic.into(),
+                        partition: 0,
+                        offset,
+                        epoch: epochs[topic],
+                    };
+                    let value = format!(r#"{{"id":"{topic}-{offset}"}}"#);
+                    tx.send(Record::with_value(at, value.as_bytes()))
+                        .await
+                        .unwrap();
+                }
+            }
+        })
+    };
+    let mut waited = Duration::ZERO;
+    while acks.lock().watermark("to-fast", 0) != Some(n) {
+        assert!(
+            waited < Duration::from_secs(60),
+            "the fast table is held up: {} of {n} written",
+            sink.written.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    feeding.await.unwrap();
+    assert_eq!(sink.written.lock().unwrap().len(), n as usize);
+    assert_eq!(
+        acks.lock().watermark("to-slow", 0),
+        Some(0),
+        "nothing of the slow table acked"
+    );
+    assert_eq!(
+        congestion.congested_topics(),
+        BTreeSet::from(["to-slow".to_string()]),
+        "the source is told to pause only the slow table's topic"
+    );
+    assert!(congestion.table("slow").unwrap().queued() >= 100);
+    running.abort();
+}
