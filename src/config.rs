@@ -336,10 +336,12 @@ impl std::fmt::Debug for KafkaSettings {
 }
 
 /// Whether a Kafka property holds a secret (passwords, keys, tokens, JAAS
-/// and OAUTHBEARER configs): its value is never printed.
+/// and OAUTHBEARER configs, and SASL usernames, which are API keys on some
+/// clouds): its value is never printed.
 pub fn is_secret(key: &str) -> bool {
     const MARKS: &[&str] = &[
         "password",
+        "username",
         "secret",
         "token",
         "jaas",
@@ -1051,6 +1053,7 @@ mod tests {
         assert!(!shown.contains(canary), "{shown}");
         assert!(shown.contains("<redacted>") && shown.contains("sasl_ssl"));
         assert!(is_secret("sasl.password") && !is_secret("security.protocol"));
+        assert!(is_secret("sasl.username"), "an API key on some clouds");
     }
 
     #[test]

@@ -128,3 +128,12 @@ impl Counters {
         }
     }
 }
+
+/// The process's peak resident memory (Linux's VmHWM), in bytes; None where
+/// it cannot be read.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

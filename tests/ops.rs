@@ -244,3 +244,91 @@ async fn a_batch_run_logs_progress_with_an_eta() {
     assert!(done.windows(2).all(|w| w[0] <= w[1]), "{done:?}");
     assert_eq!(u(&summary.unwrap(), "items_written"), 800);
 }
+
+/// No secret reaches any output of a run: canaries in `kafka.properties`
+/// (SASL username and password) and in the AWS credentials of the environment
+/// appear in no log line (at debug level), not in `check-config`'s output, the
+/// exit summary, `/metrics`, `/healthz`, `/readyz`, nor a dead letter.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_reaches_any_output() {
+    const CANARY: &str = "CANARY-7f3a9c-s3cr3t";
+    let s = Setup::new(2, "").await;
+    let ops = format!("127.0.0.1:{}", free_port());
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let text = text
+        .replace(
+            "\"session.timeout.ms\" = \"6000\"",
+            &format!(
+                "\"session.timeout.ms\" = \"6000\"\n\"sasl.username\" = \"user-{CANARY}\"\n\"sasl.password\" = \"{CANARY}\""
+            ),
+        )
+        .replace("level = \"info\"", "level = \"debug\"");
+    std::fs::write(&s.config, text).unwrap();
+    s.append_config(&format!("[ops]\nlisten = \"{ops}\"\n"));
+    let secret_env = [
+        ("AWS_SECRET_ACCESS_KEY", format!("aws-{CANARY}")),
+        ("AWS_SESSION_TOKEN", format!("token-{CANARY}")),
+    ];
+    let mut outputs: Vec<(String, String)> = Vec::new();
+
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"))
+        .arg("check-config")
+        .arg("--config")
+        .arg(&s.config)
+        .envs(secret_env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{checked:?}");
+    let shown = String::from_utf8_lossy(&checked.stdout).into_owned();
+    assert!(shown.contains("sasl.password"), "the key is shown: {shown}");
+    outputs.push(("check-config stdout".into(), shown));
+    outputs.push((
+        "check-config stderr".into(),
+        String::from_utf8_lossy(&checked.stderr).into_owned(),
+    ));
+
+    let mut records: Vec<(String, Option<String>)> = (0..50)
+        .map(|i| (format!("k{i}"), Some(format!(r#"{{"id":"k{i}"}}"#))))
+        .collect();
+    records.push(("poison".into(), Some("not json".into())));
+    produce(&s.topic, records).await;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"));
+    cmd.arg("run").arg("--config").arg(&s.config);
+    cmd.envs(secret_env.iter().map(|(k, v)| (*k, v.as_str())));
+    let worker = Worker::start(cmd);
+    let client = dynamo().await;
+    eventually(Duration::from_secs(60), "every record written", || {
+        let (client, table) = (client.clone(), s.table.clone());
+        async move { count(&client, &table).await == 50 }
+    })
+    .await;
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        let (_, body) = http_get(&ops, path).expect(path);
+        outputs.push((path.into(), body));
+    }
+    let letters = read_dead_letters(&s.dlq, 1);
+    assert_eq!(letters.len(), 1);
+    outputs.push(("dead letter".into(), format!("{:?}", letters[0])));
+    worker.signal("TERM");
+    let logs = worker.logs.clone();
+    let (code, summary) = worker.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0));
+    let log_text: Vec<String> = logs.lock().unwrap().iter().map(|v| v.to_string()).collect();
+    assert!(
+        log_text.iter().any(|l| l.contains("\"DEBUG\"")),
+        "debug lines were logged"
+    );
+    let log_text = log_text.join("\n");
+    outputs.push(("logs".into(), log_text));
+    outputs.push(("summary".into(), format!("{summary:?}")));
+    for (what, text) in &outputs {
+        assert!(
+            !text.contains("7f3a9c"),
+            "a secret in {what}:\n{}",
+            text.lines()
+                .filter(|l| l.contains("7f3a9c"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}

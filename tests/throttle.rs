@@ -65,6 +65,7 @@ async fn run_through_proxy(workers: usize) {
     assert!(checks >= 2, "the run was checked mid-way");
 
     let mut sum = serde_json::Map::new();
+    let mut peak_rss_mb = 0f64;
     for w in running {
         let logs = w.logs.clone();
         let (code, summary) = w.wait(Duration::from_secs(10));
@@ -75,6 +76,10 @@ async fn run_through_proxy(workers: usize) {
         }
         let summary = summary.expect("summary");
         assert_eq!(code, Some(0), "{summary}");
+        let rss = summary["peak_rss_mb"]
+            .as_f64()
+            .expect("peak RSS in the summary");
+        peak_rss_mb = peak_rss_mb.max(rss);
         for k in [
             "requests",
             "items_written",
@@ -123,7 +128,8 @@ async fn run_through_proxy(workers: usize) {
     let utilization = st["accepted_wcu"].as_f64().unwrap() / st["offered_wcu"].as_f64().unwrap();
     eprintln!(
         "{workers} worker(s): {requests} requests for 20000 records ({:.3}x the ideal 800), \
-         throttled {:.2}%, utilization {:.1}%, {elapsed:.0} s (ideal {:.0} s), {rewritten} WCU rewritten",
+         throttled {:.2}%, utilization {:.1}%, {elapsed:.0} s (ideal {:.0} s), {rewritten} WCU rewritten, \
+         peak RSS {peak_rss_mb:.1} MB (largest worker)",
         requests / 800.0,
         100.0 * u(&sum, "throttled_requests") as f64 / requests,
         100.0 * utilization,

@@ -406,6 +406,9 @@ async fn run(config: PathBuf, until_caught_up: bool) -> anyhow::Result<ExitCode>
             summary["elapsed_s"] = serde_json::json!((elapsed * 1000.0).round() / 1000.0);
             summary["records_per_s"] =
                 serde_json::json!((totals.records_consumed as f64 / elapsed.max(1e-3)).round());
+            summary["peak_rss_mb"] =
+                serde_json::json!(telemetry::peak_rss_bytes()
+                    .map(|b| (b as f64 / 1_048_576.0 * 10.0).round() / 10.0));
             tracing::info!(summary = %summary, "finished");
             println!("{summary}");
             Ok(match outcome.exit {

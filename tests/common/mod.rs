@@ -524,10 +524,17 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(mut cmd: Command) -> Worker {
-        cmd.env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .env_remove("RUST_LOG")
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ] {
+            // The test's own credentials, if it set some, win.
+            if !cmd.get_envs().any(|(key, _)| key == k) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn ingest");
