@@ -100,6 +100,14 @@ pub async fn run(
         }
     };
     let tables = tables::distinct_tables(&routes);
+    // A table with this many records queued pauses the partitions feeding it.
+    let congestion = Arc::new(Congestion::new(
+        routes
+            .iter()
+            .map(|(topic, r)| (topic.as_str(), &r.table.name)),
+        settings.pipeline.max_buffered_records,
+    ));
+    let buffered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let dlq = DeadLetters::new(&settings.kafka).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
     let counters = Arc::new(Counters::default());
@@ -108,6 +116,7 @@ pub async fn run(
         .map(|t| TableView {
             name: t.name.clone(),
             control: t.control.clone(),
+            queue: congestion.table(&t.name).expect("a routed table"),
         })
         .collect();
     let live = Arc::new(Live::new(
@@ -115,6 +124,7 @@ pub async fn run(
         counters.clone(),
         views,
         settings.ops.stuck_after,
+        buffered.clone(),
     ));
     let mut helpers = Helpers {
         pollers: tables::poll_capacity(&sink, &tables, settings.throttle.capacity_poll, &live),
@@ -143,13 +153,6 @@ pub async fn run(
         .pollers
         .spawn(tables::log_controls(tables.clone(), counters.clone()));
     let (tx, rx) = mpsc::channel(settings.pipeline.max_buffered_records);
-    // A table with this many records queued pauses the partitions feeding it.
-    let congestion = Arc::new(Congestion::new(
-        routes
-            .iter()
-            .map(|(topic, r)| (topic.as_str(), &r.table.name)),
-        settings.pipeline.max_buffered_records,
-    ));
     let halves = Halves {
         stop: CancellationToken::new(),
         abort: CancellationToken::new(),
@@ -167,7 +170,7 @@ pub async fn run(
         live,
         stats_interval: (settings.ops.listen.is_some() && !settings.ops.lag_interval.is_zero())
             .then_some(settings.ops.lag_interval),
-        buffered: Arc::default(),
+        buffered,
         max_buffered_bytes: settings.pipeline.max_buffered_bytes,
         congestion: congestion.clone(),
     };

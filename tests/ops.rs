@@ -332,3 +332,67 @@ async fn no_secret_reaches_any_output() {
         );
     }
 }
+
+/// Memory stays within the byte budget against a table far too slow for the
+/// topic: records of 50 KB, a budget of 16 MB, a 1 WCU/s table. While the
+/// buffers are full, `/metrics` shows the bytes held never above the budget
+/// (plus the one record that crosses it), the source paused before the end,
+/// and the process's peak RSS within `deploy/`'s 512 MiB.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_stays_within_the_byte_budget_on_a_slow_table() {
+    const BUDGET: f64 = 16.0 * 1_048_576.0;
+    const RECORD: usize = 50_000;
+    let s = Setup::build(2, "", Some(1)).await;
+    let ops = format!("127.0.0.1:{}", free_port());
+    s.append_config(&format!("[ops]\nlisten = \"{ops}\"\n"));
+    let records = (0..800)
+        .map(|i| {
+            let value = format!(r#"{{"id":"k{i}","pad":"{}"}}"#, "x".repeat(RECORD));
+            (format!("k{i}"), Some(value))
+        })
+        .collect();
+    produce(&s.topic, records).await;
+    let worker = s.spawn_with_env(
+        false,
+        &[
+            ("INGEST__PIPELINE__MAX_BUFFERED_BYTES", "16777216"),
+            ("INGEST__PIPELINE__DRAIN_TIMEOUT_S", "15"),
+        ],
+    );
+    let t = format!("{{table=\"{}\"}}", s.table);
+    eventually(Duration::from_secs(60), "the byte budget filled", || {
+        let full = http_get(&ops, "/metrics")
+            .ok()
+            .and_then(|(_, b)| sample(&b, "ingest_buffered_bytes"))
+            .is_some_and(|b| b >= 0.9 * BUDGET);
+        async move { full }
+    })
+    .await;
+    let (mut most, mut rss) = (0f64, 0f64);
+    for _ in 0..25 {
+        let text = scrape(&ops);
+        let held = get(&text, "ingest_buffered_bytes");
+        assert!(
+            held <= BUDGET + 2.0 * (RECORD as f64 + 1_024.0),
+            "{held} bytes held, budget {BUDGET}"
+        );
+        most = most.max(held);
+        rss = get(&text, "ingest_peak_rss_bytes");
+        assert!(get(&text, &format!("ingest_table_queued_records{t}")) >= 0.0);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let consumed = get(&scrape(&ops), "ingest_records_consumed_total");
+    assert!(
+        consumed < 800.0,
+        "paused before the end: {consumed} of 800 read"
+    );
+    assert!(rss < 512.0 * 1_048_576.0, "peak RSS {rss}");
+    eprintln!(
+        "byte budget 16 MB: at most {:.1} MB held, {consumed} of 800 records read, peak RSS {:.1} MB",
+        most / 1_048_576.0,
+        rss / 1_048_576.0
+    );
+    worker.signal("TERM");
+    let (code, _) = worker.wait(Duration::from_secs(60));
+    assert!(matches!(code, Some(0) | Some(3)), "exit {code:?}");
+}

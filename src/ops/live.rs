@@ -5,10 +5,12 @@
 //! progress report read it. The decisions are pure ([`Stall`], [`Readiness`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::acks::Acks;
+use crate::congestion::Depth;
 use crate::offsets::TopicPartition;
 use crate::telemetry::Counters;
 use crate::throttle::control::Control;
@@ -20,6 +22,8 @@ use super::progress::{backlog, Backlog, ProgressView};
 pub struct TableView {
     pub name: Arc<str>,
     pub control: Arc<Control>,
+    /// Its queue in the pipeline (records routed, not yet in a batch).
+    pub queue: Arc<Depth>,
 }
 
 /// Shared by the pipeline, the source thread and the endpoints.
@@ -28,6 +32,8 @@ pub struct Live {
     pub acks: Arc<Acks>,
     pub counters: Arc<Counters>,
     pub tables: Vec<TableView>,
+    /// Bytes of records read and not yet done (the byte budget's use).
+    pub buffered: Arc<AtomicUsize>,
     /// Start (committed at assignment) and end offset of each partition.
     positions: Mutex<BTreeMap<TopicPartition, (i64, i64)>>,
     /// Where revoked partitions were left (the tracker forgets them).
@@ -53,9 +59,11 @@ impl Live {
         counters: Arc<Counters>,
         tables: Vec<TableView>,
         stuck_after: Duration,
+        buffered: Arc<AtomicUsize>,
     ) -> Self {
         let now = Instant::now();
         Self {
+            buffered,
             acks,
             counters,
             tables,
@@ -355,7 +363,13 @@ mod tests {
         acks.ack(&at(0, 1)).unwrap();
         acks.ack(&at(1, 0)).unwrap();
         acks.ack(&at(1, 1)).unwrap();
-        let live = Live::new(acks, Arc::default(), Vec::new(), Duration::ZERO);
+        let live = Live::new(
+            acks,
+            Arc::default(),
+            Vec::new(),
+            Duration::ZERO,
+            Arc::default(),
+        );
         live.readiness();
         let r = live.readiness();
         assert_eq!(r.stuck_partitions, ["t/0"]);

@@ -64,6 +64,10 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
     ("ingest_assigned_partitions", Kind::Gauge, "", "Partitions this worker holds."),
     ("ingest_records_in_flight", Kind::Gauge, "", "Records read and not yet written, dead-lettered or abandoned."),
     ("ingest_ready", Kind::Gauge, "", "1 when /readyz answers ready."),
+    ("ingest_buffered_bytes", Kind::Gauge, "", "Bytes of records read and not yet written, dead-lettered or abandoned (the source pauses at pipeline.max_buffered_bytes)."),
+    ("ingest_table_queued_records", Kind::Gauge, "table", "Records routed to the table and not yet in a batch."),
+    ("ingest_table_congested", Kind::Gauge, "table", "1 while the table's queue is long: the partitions feeding it are paused."),
+    ("ingest_peak_rss_bytes", Kind::Gauge, "", "The process's peak resident memory (VmHWM)."),
     ("ingest_backlog_remaining_records", Kind::Gauge, "", "--until-caught-up: records left to the end offsets seen at assignment."),
     ("ingest_eta_seconds", Kind::Gauge, "", "--until-caught-up: estimated time to catch up."),
     (BATCH_WRITE_SECONDS, Kind::Histogram, "table", "BatchWriteItem latency."),
@@ -240,6 +244,24 @@ impl Exporter {
             (t.assigned().len(), t.pending_total())
         };
         self.gauge("ingest_assigned_partitions", &[], assigned as f64);
+        self.gauge(
+            "ingest_buffered_bytes",
+            &[],
+            live.buffered.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
+        for t in &live.tables {
+            let table = &[&*t.name];
+            self.gauge(
+                "ingest_table_queued_records",
+                table,
+                t.queue.queued() as f64,
+            );
+            let congested = if t.queue.is_congested() { 1.0 } else { 0.0 };
+            self.gauge("ingest_table_congested", table, congested);
+        }
+        if let Some(rss) = crate::telemetry::peak_rss_bytes() {
+            self.gauge("ingest_peak_rss_bytes", &[], rss as f64);
+        }
         self.gauge("ingest_records_in_flight", &[], in_flight as f64);
         let ready = live.readiness().ready();
         self.gauge("ingest_ready", &[], if ready { 1.0 } else { 0.0 });
