@@ -19,8 +19,9 @@ use governor::clock::FakeRelativeClock;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::throttle::control::AcceptedWindow;
+use crate::throttle::control::REMAINING_WINDOW;
 use crate::throttle::pace::Pacer;
+use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
 use super::scenario::{Dist, Scenario, Workload};
@@ -151,7 +152,7 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
                 sent_at: start,
                 latency: Duration::ZERO,
                 answer: None,
-                window: AcceptedWindow::default(),
+                window: AcceptedWindow::new(REMAINING_WINDOW),
                 attempts: 0,
                 throttled: 0,
             }

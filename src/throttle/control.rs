@@ -9,7 +9,6 @@
 //! It also holds the table's own counters and its BatchWriteItem latency
 //! histogram, for the metrics endpoint.
 
-use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -19,10 +18,11 @@ use tokio::time::Instant;
 
 use crate::telemetry::Counters;
 use crate::throttle::pace::Pacer;
+use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
 /// Window of the accepted-rate estimate behind `remaining`.
-const REMAINING_WINDOW: Duration = Duration::from_secs(1);
+pub const REMAINING_WINDOW: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 pub struct Control {
@@ -73,7 +73,7 @@ impl Control {
             capacity: Mutex::new(None),
             share: Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
-            accepted: Mutex::new(AcceptedWindow::default()),
+            accepted: Mutex::new(AcceptedWindow::new(REMAINING_WINDOW)),
             epoch: Instant::now(),
             slept_ns: AtomicU64::new(0),
             max_sleep_ns: AtomicU64::new(0),
@@ -194,31 +194,6 @@ impl Control {
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
             metrics: s.metrics(),
         }
-    }
-}
-
-/// The accepted rate over the last second, behind the `remaining` figure
-/// (1 - accepted rate / capacity) that DynamoDB itself does not give. Pure;
-/// the simulator keeps one per client.
-#[derive(Debug, Default, Clone)]
-pub struct AcceptedWindow {
-    q: VecDeque<(Duration, f64)>,
-}
-
-impl AcceptedWindow {
-    /// Adds `units` accepted at `now`; returns the remaining fraction when the
-    /// capacity is known.
-    pub fn remaining(&mut self, now: Duration, units: f64, capacity: Option<f64>) -> Option<f64> {
-        self.q.push_back((now, units));
-        while self
-            .q
-            .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) > REMAINING_WINDOW)
-        {
-            self.q.pop_front();
-        }
-        let rate = self.q.iter().map(|(_, u)| u).sum::<f64>() / REMAINING_WINDOW.as_secs_f64();
-        capacity.map(|c| (1.0 - rate / c).clamp(0.0, 1.0))
     }
 }
 

@@ -17,7 +17,10 @@
 //!   immediate retry.
 //! - [`heroku`]: Heroku's rate_throttle_client family (seed 004).
 //! - [`adaptive`]: this project's rate controller (AIMD on the pacing rate,
-//!   driven by throttles, accepted capacity and the table's capacity).
+//!   driven by throttles, accepted capacity and the table's capacity), with
+//!   its settings and its level-steered mode in files of their own.
+//! - [`window`]: the accepted rate over a sliding window, shared by the
+//!   adaptive controller, the per-table control and the simulator.
 
 pub mod adaptive;
 pub mod autosleeper;
@@ -25,6 +28,7 @@ pub mod control;
 pub mod heroku;
 pub mod pace;
 pub mod simple;
+pub mod window;
 
 use std::time::Duration;
 

@@ -33,24 +33,7 @@
 //!   (on-demand tables), the rate doubles every second while it is used.
 //! - **Never inflate when idle.** The rate grows only while the client uses most
 //!   of it (accepted >= half the rate over the window).
-//!
-//! - **Keep a cushion, when the server shows its bucket.** If answers carry the
-//!   bucket's level (Heroku's RateLimit-Remaining; DynamoDB has none) and the
-//!   refill rate is known, the rate is steered by that level instead. Every
-//!   client sees the same level, and its trend over the last
-//!   `cushion_window_s` is capacity minus the whole fleet's rate, so each
-//!   client knows the fleet's rate without talking to the others. It scales
-//!   its own rate by (the fleet rate that would bring the level to `cushion_s`
-//!   seconds of capacity within twice that time) / (the fleet rate now),
-//!   damped by `cushion_gain`: all scale alike, the fleet converges, shares
-//!   stay as they were, and the bucket never runs dry, so nobody is
-//!   throttled. A throttle cuts the rate by `cushion_decrease`, and while the
-//!   bucket is empty (under a second of refill), where its trend is flat
-//!   however far the fleet is over, the correction is applied with
-//!   `cushion_empty_gain`. Without a known share a client
-//!   starts at `cushion_start` x capacity (an empty bucket is filled, not
-//!   fought over; a full one is found within seconds).
-//!
+//! - **Keep a cushion, when the server shows its bucket** ([`cushion`]).
 //! - **Start spread out.** Before its first call a client waits a random
 //!   fraction of `start_splay` periods of one unit at its starting rate
 //!   (capacity x share x `target_fraction`, or capacity x `cushion_start`
@@ -62,6 +45,13 @@
 //!
 //! Returns no delay itself after an attempt (the caller's pacer enforces
 //! `rate()`); the start splay is its only delay.
+//!
+//! Its parts: [`config`] (the settings and their checks), this file (the
+//! rate controller), [`cushion`] (the level-steered mode, taken only when
+//! answers carry the server's bucket level, as Heroku's do).
+
+mod config;
+mod cushion;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -69,131 +59,9 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::window::AcceptedWindow;
 use super::{Feedback, Metrics, Strategy};
-
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AdaptiveConfig {
-    /// Starting rate (units/s) when the capacity is unknown.
-    pub start_rate: f64,
-    pub min_rate: f64,
-    pub max_rate: f64,
-    /// Fraction of the known capacity one client paces at most.
-    pub target_fraction: f64,
-    /// Multiplicative decrease on a congestion event.
-    pub decrease: f64,
-    /// Throttles within this time of a decrease count as the same event.
-    pub cooldown_ms: f64,
-    /// Seconds to climb back to the rate of the last event.
-    pub probe_s: f64,
-    /// Window of the accepted-rate estimate.
-    pub window_ms: f64,
-    /// Rescale with the capacity the feedback reports.
-    pub follow_capacity: bool,
-    /// Seconds to climb back to the fair share after a decrease below it.
-    pub fast_recovery_s: f64,
-    /// Never pace above the expected share (capacity x share x
-    /// target_fraction) when the share is known: no probing for idle peers'
-    /// capacity, in exchange for fewer throttles when every peer is busy.
-    pub cap_at_share: bool,
-    /// Level mode: seconds of capacity to keep in the server's bucket.
-    pub cushion_s: f64,
-    /// Level mode: how much of the computed correction to apply per answer.
-    pub cushion_gain: f64,
-    /// Level mode: the span over which the level's trend is measured.
-    pub cushion_window_s: f64,
-    /// Level mode: starting rate as a fraction of the capacity when the share
-    /// is unknown.
-    pub cushion_start: f64,
-    /// Periods of one unit at the starting rate over which the first call
-    /// is spread (uniformly); 0 = send at once.
-    pub start_splay: f64,
-    /// Level mode: multiplicative decrease on a throttle.
-    pub cushion_decrease: f64,
-    /// Level mode: `cushion_gain` while the bucket holds less than one
-    /// second of refill (its flat trend then under-reads the fleet's rate).
-    pub cushion_empty_gain: f64,
-}
-
-impl Default for AdaptiveConfig {
-    fn default() -> Self {
-        Self {
-            start_rate: 100.0,
-            min_rate: 0.01,
-            max_rate: 1_000_000.0,
-            target_fraction: 0.98,
-            decrease: 0.9,
-            cooldown_ms: 1000.0,
-            probe_s: 30.0,
-            window_ms: 2000.0,
-            follow_capacity: true,
-            fast_recovery_s: 5.0,
-            cap_at_share: true,
-            cushion_s: 10.0,
-            cushion_gain: 0.3,
-            cushion_window_s: 30.0,
-            cushion_start: 0.06,
-            start_splay: 1.0,
-            cushion_decrease: 0.75,
-            cushion_empty_gain: 0.6,
-        }
-    }
-}
-
-impl AdaptiveConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        super::ensure(
-            self.min_rate > 0.0 && self.max_rate >= self.min_rate,
-            || "min_rate must be > 0 and max_rate >= min_rate".into(),
-        )?;
-        super::ensure(
-            self.start_rate >= self.min_rate && self.start_rate <= self.max_rate,
-            || "start_rate must be between min_rate and max_rate".into(),
-        )?;
-        super::ensure(
-            self.target_fraction > 0.0 && self.target_fraction <= 1.5,
-            || {
-                format!(
-                    "target_fraction = {}: must be in (0, 1.5]",
-                    self.target_fraction
-                )
-            },
-        )?;
-        super::ensure(self.decrease > 0.0 && self.decrease < 1.0, || {
-            format!("decrease = {}: must be in (0, 1)", self.decrease)
-        })?;
-        super::ensure(
-            self.probe_s > 0.0 && self.window_ms > 0.0 && self.cooldown_ms >= 0.0,
-            || "probe_s and window_ms must be > 0, cooldown_ms >= 0".into(),
-        )?;
-        super::ensure(self.fast_recovery_s > 0.0, || {
-            format!("fast_recovery_s = {}: must be > 0", self.fast_recovery_s)
-        })?;
-        super::ensure(
-            self.cushion_s > 0.0
-                && self.cushion_window_s > 0.0
-                && self.cushion_gain > 0.0
-                && self.cushion_gain <= 1.0
-                && self.cushion_start > 0.0
-                && self.cushion_start <= 1.0,
-            || {
-                "cushion_s, cushion_window_s must be > 0; cushion_gain, cushion_start in (0, 1]"
-                    .into()
-            },
-        )?;
-        super::ensure(
-            self.cushion_decrease > 0.0
-                && self.cushion_decrease < 1.0
-                && self.cushion_empty_gain > 0.0
-                && self.cushion_empty_gain <= 1.0,
-            || "cushion_decrease must be in (0, 1), cushion_empty_gain in (0, 1]".into(),
-        )?;
-        super::ensure((0.0..=10.0).contains(&self.start_splay), || {
-            format!("start_splay = {}: must be in [0, 10]", self.start_splay)
-        })?;
-        Ok(())
-    }
-}
+pub use config::AdaptiveConfig;
 
 #[derive(Debug, Clone)]
 pub struct Adaptive {
@@ -208,8 +76,8 @@ pub struct Adaptive {
     capacity: Option<f64>,
     /// capacity x share as last seen.
     expected: Option<f64>,
-    /// (time, accepted units) within the window.
-    accepted: VecDeque<(Duration, f64)>,
+    /// What the server accepted over the last `window_ms`.
+    accepted: AcceptedWindow,
     /// Steered by the server's bucket level (see the module doc).
     level_mode: bool,
     /// Level mode: (time, level) of this client's recent answers.
@@ -229,6 +97,7 @@ impl Adaptive {
 
     /// With the start splay drawn from a generator seeded with `seed`.
     pub fn with_seed(cfg: AdaptiveConfig, seed: u64) -> Self {
+        let window = Duration::from_secs_f64(cfg.window_ms / 1e3);
         Self {
             rate: cfg.start_rate,
             cfg,
@@ -238,7 +107,7 @@ impl Adaptive {
             first_seen: None,
             capacity: None,
             expected: None,
-            accepted: VecDeque::new(),
+            accepted: AcceptedWindow::new(window),
             level_mode: false,
             levels: VecDeque::new(),
             known: (None, None),
@@ -257,88 +126,9 @@ impl Adaptive {
         }
     }
 
-    /// Level mode: one answer that carried the bucket's level.
-    fn level_step(&mut self, fb: &Feedback, level: f64, capacity: f64) {
-        let share = fb.share.filter(|s| *s > 0.0);
-        if !self.level_mode {
-            self.level_mode = true;
-            if self.w_max.is_none() {
-                self.rate = self.start_rate(capacity, share);
-            }
-        }
-        let window = Duration::from_secs_f64(self.cfg.cushion_window_s);
-        self.levels.push_back((fb.now, level));
-        while self.levels.len() > 2 && fb.now.saturating_sub(self.levels[1].0) >= window {
-            self.levels.pop_front();
-        }
-        let cushion = capacity * self.cfg.cushion_s;
-        let cooldown = Duration::from_secs_f64(self.cfg.cooldown_ms / 1e3);
-        let since = self.last_decrease.map(|t| fb.now.saturating_sub(t));
-        if fb.throttled {
-            // The very first answer says nothing about this client's rate
-            // (an empty bucket at the start meets every strategy).
-            if self.levels.len() > 1 && since.is_none_or(|s| s >= cooldown) {
-                self.w_max = Some(self.rate);
-                self.rate *= self.cfg.cushion_decrease;
-                self.last_decrease = Some(fb.now);
-                self.metrics.went_down += 1;
-            }
-        } else if let Some(&(t0, l0)) = self.levels.front() {
-            let span = fb.now.saturating_sub(t0).as_secs_f64();
-            if span >= 1.0 {
-                // The level's trend is capacity minus the fleet's rate (exact
-                // while the bucket is neither empty nor full).
-                let slope = (level - l0) / span;
-                let fleet_now = (capacity - slope).max(capacity * 0.05);
-                let fleet_wanted = capacity - (cushion - level) / (2.0 * self.cfg.cushion_s);
-                let k = (fleet_wanted / fleet_now).max(0.0);
-                // An empty bucket's trend is flat however far the fleet is
-                // over: correct harder there.
-                let gain = if level < capacity {
-                    self.cfg.cushion_empty_gain
-                } else {
-                    self.cfg.cushion_gain
-                };
-                let k = (1.0 + gain * (k - 1.0)).clamp(0.5, 2.0);
-                self.rate *= k;
-                if k > 1.0 {
-                    self.metrics.went_up += 1;
-                } else if k < 1.0 {
-                    self.metrics.went_down += 1;
-                }
-            }
-        }
-        // Above the capacity only while the bucket holds plenty.
-        let hi = if level > 2.0 * cushion {
-            self.cfg.max_rate
-        } else {
-            (capacity * self.cfg.target_fraction).min(self.cfg.max_rate)
-        };
-        self.rate = self
-            .rate
-            .clamp(self.cfg.min_rate, hi.max(self.cfg.min_rate));
-    }
-
     /// Accepted units per second over the window ending at `now`.
     fn accepted_rate(&self, now: Duration) -> f64 {
-        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
-        let Some(&(first, _)) = self.accepted.front() else {
-            return 0.0;
-        };
-        let span = now.saturating_sub(first).max(window / 4).min(window);
-        self.accepted.iter().map(|(_, u)| u).sum::<f64>() / span.as_secs_f64()
-    }
-
-    fn record(&mut self, now: Duration, units: f64) {
-        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
-        self.accepted.push_back((now, units));
-        while self
-            .accepted
-            .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) > window)
-        {
-            self.accepted.pop_front();
-        }
+        self.accepted.rate_so_far(now)
     }
 
     fn follow(&mut self, capacity: Option<f64>, share: Option<f64>) {
@@ -421,7 +211,7 @@ impl Strategy for Adaptive {
             self.level_step(fb, level, capacity);
             return Duration::ZERO;
         }
-        self.record(fb.now, fb.accepted_units);
+        self.accepted.add(fb.now, fb.accepted_units);
         self.follow(fb.capacity, fb.share);
         let dt = self
             .last_update
@@ -497,7 +287,7 @@ impl Strategy for Adaptive {
 mod tests {
     use super::*;
 
-    fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) -> Feedback {
+    pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) -> Feedback {
         Feedback {
             now: Duration::from_millis(ms),
             throttled,
@@ -637,49 +427,6 @@ mod tests {
         }
     }
 
-    fn level(ms: u64, throttled: bool, level: f64) -> Feedback {
-        Feedback {
-            level_units: Some(level),
-            ..at(ms, throttled, if throttled { 0.0 } else { 1.0 }, Some(1.25))
-        }
-    }
-
-    #[test]
-    fn with_a_reported_level_it_keeps_a_cushion() {
-        let mut a = Adaptive::new(AdaptiveConfig::default());
-        // Starts at cushion_start x capacity; the first throttle (an empty
-        // bucket at the start) does not count against it.
-        a.after_attempt(&level(0, true, 0.0));
-        let start = a.rate().unwrap();
-        assert!((start - 0.06 * 1.25).abs() < 1e-12, "{start}");
-        // The level climbs well above the 12.5-unit cushion: the fleet is
-        // slower than the refill, so the rate grows.
-        a.after_attempt(&level(10_000, false, 10.0));
-        a.after_attempt(&level(20_000, false, 30.0));
-        let up = a.rate().unwrap();
-        assert!(up > start, "{up} vs {start}");
-        // The bucket stays empty: the fleet is at or over the refill rate.
-        let mut t = 20_000;
-        for _ in 0..5 {
-            t += 10_000;
-            a.after_attempt(&level(t, false, 0.0));
-        }
-        assert!(a.rate().unwrap() < up, "{:?}", a.rate());
-        // A throttle later cuts it by cushion_decrease, once per cooldown.
-        let before = a.rate().unwrap();
-        a.after_attempt(&level(t + 10, true, 0.0));
-        a.after_attempt(&level(t + 20, true, 0.0));
-        assert!((a.rate().unwrap() - before * 0.75).abs() < 1e-12);
-    }
-
-    #[test]
-    fn without_a_level_the_worker_path_is_unchanged() {
-        let mut a = Adaptive::new(AdaptiveConfig::default());
-        a.after_attempt(&at(0, false, 25.0, Some(200.0)));
-        assert_eq!(a.rate(), Some(196.0));
-        assert!(!a.level_mode);
-    }
-
     #[test]
     fn the_first_call_is_spread_over_one_period_at_the_starting_rate() {
         let splay = |seed: u64, capacity: Option<f64>, share: Option<f64>| {
@@ -716,25 +463,5 @@ mod tests {
         // The same seed gives the same wait.
         assert_eq!(splay(7, Some(1.25), None), splay(7, Some(1.25), None));
         assert_ne!(splay(7, Some(1.25), None), splay(8, Some(1.25), None));
-    }
-
-    #[test]
-    fn an_empty_bucket_is_corrected_harder_than_a_low_one() {
-        // Same history, bucket flat at 0 (empty: under 1 s of refill): the
-        // default cuts with cushion_empty_gain, not the milder cushion_gain.
-        let run = |cfg: AdaptiveConfig| {
-            let mut a = Adaptive::new(cfg);
-            for (t, throttled) in [(0, true), (10_000, false), (20_000, false)] {
-                a.after_attempt(&level(t, throttled, 0.0));
-            }
-            a.rate().unwrap()
-        };
-        let default = run(AdaptiveConfig::default());
-        let mild = run(AdaptiveConfig {
-            cushion_empty_gain: 0.3,
-            ..Default::default()
-        });
-        let start = 0.06 * 1.25;
-        assert!(default < mild && mild < start, "{default} {mild} {start}");
     }
 }

@@ -1,0 +1,127 @@
+//! The adaptive controller's settings, their defaults and their checks.
+
+use crate::throttle::ensure;
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveConfig {
+    /// Starting rate (units/s) when the capacity is unknown.
+    pub start_rate: f64,
+    pub min_rate: f64,
+    pub max_rate: f64,
+    /// Fraction of the known capacity one client paces at most.
+    pub target_fraction: f64,
+    /// Multiplicative decrease on a congestion event.
+    pub decrease: f64,
+    /// Throttles within this time of a decrease count as the same event.
+    pub cooldown_ms: f64,
+    /// Seconds to climb back to the rate of the last event.
+    pub probe_s: f64,
+    /// Window of the accepted-rate estimate.
+    pub window_ms: f64,
+    /// Rescale with the capacity the feedback reports.
+    pub follow_capacity: bool,
+    /// Seconds to climb back to the fair share after a decrease below it.
+    pub fast_recovery_s: f64,
+    /// Never pace above the expected share (capacity x share x
+    /// target_fraction) when the share is known: no probing for idle peers'
+    /// capacity, in exchange for fewer throttles when every peer is busy.
+    pub cap_at_share: bool,
+    /// Level mode: seconds of capacity to keep in the server's bucket.
+    pub cushion_s: f64,
+    /// Level mode: how much of the computed correction to apply per answer.
+    pub cushion_gain: f64,
+    /// Level mode: the span over which the level's trend is measured.
+    pub cushion_window_s: f64,
+    /// Level mode: starting rate as a fraction of the capacity when the share
+    /// is unknown.
+    pub cushion_start: f64,
+    /// Periods of one unit at the starting rate over which the first call
+    /// is spread (uniformly); 0 = send at once.
+    pub start_splay: f64,
+    /// Level mode: multiplicative decrease on a throttle.
+    pub cushion_decrease: f64,
+    /// Level mode: `cushion_gain` while the bucket holds less than one
+    /// second of refill (its flat trend then under-reads the fleet's rate).
+    pub cushion_empty_gain: f64,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        Self {
+            start_rate: 100.0,
+            min_rate: 0.01,
+            max_rate: 1_000_000.0,
+            target_fraction: 0.98,
+            decrease: 0.9,
+            cooldown_ms: 1000.0,
+            probe_s: 30.0,
+            window_ms: 2000.0,
+            follow_capacity: true,
+            fast_recovery_s: 5.0,
+            cap_at_share: true,
+            cushion_s: 10.0,
+            cushion_gain: 0.3,
+            cushion_window_s: 30.0,
+            cushion_start: 0.06,
+            start_splay: 1.0,
+            cushion_decrease: 0.75,
+            cushion_empty_gain: 0.6,
+        }
+    }
+}
+
+impl AdaptiveConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        ensure(
+            self.min_rate > 0.0 && self.max_rate >= self.min_rate,
+            || "min_rate must be > 0 and max_rate >= min_rate".into(),
+        )?;
+        ensure(
+            self.start_rate >= self.min_rate && self.start_rate <= self.max_rate,
+            || "start_rate must be between min_rate and max_rate".into(),
+        )?;
+        ensure(
+            self.target_fraction > 0.0 && self.target_fraction <= 1.5,
+            || {
+                format!(
+                    "target_fraction = {}: must be in (0, 1.5]",
+                    self.target_fraction
+                )
+            },
+        )?;
+        ensure(self.decrease > 0.0 && self.decrease < 1.0, || {
+            format!("decrease = {}: must be in (0, 1)", self.decrease)
+        })?;
+        ensure(
+            self.probe_s > 0.0 && self.window_ms > 0.0 && self.cooldown_ms >= 0.0,
+            || "probe_s and window_ms must be > 0, cooldown_ms >= 0".into(),
+        )?;
+        ensure(self.fast_recovery_s > 0.0, || {
+            format!("fast_recovery_s = {}: must be > 0", self.fast_recovery_s)
+        })?;
+        ensure(
+            self.cushion_s > 0.0
+                && self.cushion_window_s > 0.0
+                && self.cushion_gain > 0.0
+                && self.cushion_gain <= 1.0
+                && self.cushion_start > 0.0
+                && self.cushion_start <= 1.0,
+            || {
+                "cushion_s, cushion_window_s must be > 0; cushion_gain, cushion_start in (0, 1]"
+                    .into()
+            },
+        )?;
+        ensure(
+            self.cushion_decrease > 0.0
+                && self.cushion_decrease < 1.0
+                && self.cushion_empty_gain > 0.0
+                && self.cushion_empty_gain <= 1.0,
+            || "cushion_decrease must be in (0, 1), cushion_empty_gain in (0, 1]".into(),
+        )?;
+        ensure((0.0..=10.0).contains(&self.start_splay), || {
+            format!("start_splay = {}: must be in [0, 10]", self.start_splay)
+        })?;
+        Ok(())
+    }
+}
