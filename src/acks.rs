@@ -159,6 +159,23 @@ impl Acks {
 }
 
 #[cfg(test)]
+impl Acks {
+    /// Tracks `offset` of an assigned partition; returns its reference.
+    pub fn tracked(&self, topic: &str, partition: i32, offset: i64) -> RecordRef {
+        let epoch = self
+            .lock()
+            .track(topic, partition, offset)
+            .expect("an assigned partition");
+        RecordRef {
+            topic: topic.into(),
+            partition,
+            offset,
+            epoch,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -166,14 +183,8 @@ mod tests {
     #[test]
     fn a_waiter_wakes_when_the_last_ack_lands() {
         let acks = Arc::new(Acks::new());
-        let epoch = acks.lock().assign("t", 0, None);
-        acks.lock().track("t", 0, 0).unwrap();
-        let r = RecordRef {
-            topic: "t".into(),
-            partition: 0,
-            offset: 0,
-            epoch,
-        };
+        acks.lock().assign("t", 0, None);
+        let r = acks.tracked("t", 0, 0);
         let writer = {
             let acks = acks.clone();
             std::thread::spawn(move || acks.ack(&r).unwrap())

@@ -2,21 +2,14 @@
 
 use super::fake::FakeTopic;
 use super::*;
-use crate::acks::RecordRef;
 use std::sync::Arc;
 
 fn setup() -> (Arc<FakeTopic>, DeadLetters, Acks, Record) {
     let topic = Arc::new(FakeTopic::default());
     let dlq = DeadLetters::with(topic.clone(), "dlq");
     let acks = Acks::new();
-    let epoch = acks.lock().assign("t", 0, None);
-    acks.lock().track("t", 0, 7).unwrap();
-    let at = RecordRef {
-        topic: "t".into(),
-        partition: 0,
-        offset: 7,
-        epoch,
-    };
+    acks.lock().assign("t", 0, None);
+    let at = acks.tracked("t", 0, 7);
     let mut rec = Record::with_value(at, &vec![b'x'; 2_000]);
     rec.headers.push(("trace".into(), Some(b"abc".to_vec())));
     (topic, dlq, acks, rec)

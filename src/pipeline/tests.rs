@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::acks::{Acks, RecordRef};
+use crate::acks::Acks;
 use crate::decode::{Item, KeyAttr, KeyMode, KeySchema, KeyType};
 use crate::dlq::fake::FakeTopic;
 use crate::dlq::DeadLetters;
@@ -73,9 +73,8 @@ fn route(table: &str) -> Resolved {
 async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
     let sink = Arc::new(OneTableHangs::default());
     let acks = Arc::new(Acks::new());
-    let mut epochs = std::collections::HashMap::new();
     for topic in ["to-slow", "to-fast"] {
-        epochs.insert(topic, acks.lock().assign(topic, 0, Some(0)));
+        acks.lock().assign(topic, 0, Some(0));
     }
     let writer = Writer {
         sink: sink.clone(),
@@ -106,13 +105,7 @@ async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
         tokio::spawn(async move {
             for offset in 0..n {
                 for topic in ["to-slow", "to-fast"] {
-                    acks.lock().track(topic, 0, offset).unwrap();
-                    let at = RecordRef {
-                        topic: topic.into(),
-                        partition: 0,
-                        offset,
-                        epoch: epochs[topic],
-                    };
+                    let at = acks.tracked(topic, 0, offset);
                     let value = format!(r#"{{"id":"{topic}-{offset}"}}"#);
                     tx.send(Record::with_value(at, value.as_bytes()))
                         .await

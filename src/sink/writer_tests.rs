@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::acks::RecordRef;
 use crate::decode::{decode, Coordinates, KeyAttr, KeyMode, KeyType};
 use crate::dlq::fake::FakeTopic;
 use crate::sink::batch::Batch;
@@ -29,7 +28,6 @@ struct Setup {
     topic: Arc<FakeTopic>,
     writer: Writer,
     ctl: Control,
-    epoch: u64,
     next: i64,
 }
 
@@ -46,7 +44,7 @@ fn setup(script: Script, strategy: StrategyConfig, rate: Option<f64>) -> Setup {
     let sink = Arc::new(FakeSink::new(script));
     let topic = Arc::new(FakeTopic::default());
     let acks = Arc::new(Acks::new());
-    let epoch = acks.lock().assign("t", 0, Some(0));
+    acks.lock().assign("t", 0, Some(0));
     let writer = Writer {
         sink: sink.clone(),
         acks,
@@ -60,7 +58,6 @@ fn setup(script: Script, strategy: StrategyConfig, rate: Option<f64>) -> Setup {
         topic,
         writer,
         ctl,
-        epoch,
         next: 0,
     }
 }
@@ -72,20 +69,14 @@ impl Setup {
         for json in values {
             let offset = self.next;
             self.next += 1;
-            self.writer.acks.lock().track("t", 0, offset).unwrap();
             let at = Coordinates {
                 topic: "t",
                 partition: 0,
                 offset,
             };
             let decoded = decode(Some(json.as_bytes()), &schema(), KeyMode::Record, at).unwrap();
-            let at = RecordRef {
-                topic: "t".into(),
-                partition: 0,
-                offset,
-                epoch: self.epoch,
-            };
-            let record = Record::with_value(at, json.as_bytes());
+            let record =
+                Record::with_value(self.writer.acks.tracked("t", 0, offset), json.as_bytes());
             assert!(!b.cannot_take(&decoded));
             b.push(Entry { record, decoded });
         }

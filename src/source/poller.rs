@@ -219,8 +219,7 @@ impl Poller {
             self.congestion_seen = changes;
             self.congested = self.opts.congestion.congested_topics();
         }
-        let ctx = self.consumer.context().clone();
-        let mut pausing = ctx.pausing.lock().unwrap();
+        let mut pausing = self.ctx().pausing.lock().unwrap();
         if pausing.wants(all, &self.congested) {
             return Ok(());
         }
