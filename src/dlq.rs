@@ -32,11 +32,10 @@ use tracing::warn;
 use crate::acks::Acks;
 use crate::config::KafkaSettings;
 use crate::record::Record;
+use crate::throttle::simple::Exponential;
 
 /// How long an unknown-topic refusal may last before it is fatal.
 const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(10);
-/// Longest wait between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A dead letter as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -226,7 +225,8 @@ impl DeadLetters {
     ) -> Result<Delivery, DeadLetterError> {
         let alive = || acks.is_live(&rec.at);
         let mut letter = letter_of(rec, reason, detail);
-        let mut delay = Duration::from_millis(100);
+        // Seeded by the record, so letters retrying together spread out.
+        let mut backoff = Exponential::transient(rec.at.offset as u64);
         let mut unknown_since: Option<tokio::time::Instant> = None;
         loop {
             if !alive() {
@@ -260,11 +260,11 @@ impl DeadLetters {
                 }
                 Refusal::Transient => unknown_since = None,
             }
+            let delay = backoff.next_failure();
             warn!(topic = %self.topic, error = %err, source_topic = %rec.at.topic,
                 partition = rec.at.partition, offset = rec.at.offset,
                 retry_in_ms = delay.as_millis() as u64, "dead-letter publish failed; retrying");
             acks.wait_while_live(delay, alive).await;
-            delay = (delay * 2).min(MAX_BACKOFF);
         }
     }
 }

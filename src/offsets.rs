@@ -178,7 +178,9 @@ impl OffsetTracker {
         self.settle(topic, partition, offset, epoch, Entry::Abandoned)
     }
 
-    /// Marks a partition as closing (revocation or shutdown under way).
+    /// Marks a partition as closing, with no time left to retry (tests; the
+    /// worker closes with [`Self::close_until`]).
+    #[cfg(test)]
     pub fn close(&mut self, topic: &str, partition: i32) {
         if let Ok(p) = self.get_mut(topic, partition) {
             p.closing = true;

@@ -147,13 +147,6 @@ impl Live {
         *lock(&self.progress)
     }
 
-    /// Records finished (written, merged into a later write of their key, or
-    /// dead-lettered).
-    pub fn finished(&self) -> u64 {
-        let s = self.counters.snapshot();
-        s.items_written + s.superseded + s.dead_lettered
-    }
-
     /// Evaluates readiness now (and moves the stall detectors along): a
     /// partition is stuck when records of it wait and its watermark has not
     /// moved for `stuck_after`, even while its other records are written (a

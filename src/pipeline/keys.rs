@@ -68,6 +68,7 @@ impl KeyLocks {
     }
 
     /// Keys held right now.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.map().len()
     }

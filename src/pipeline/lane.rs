@@ -117,10 +117,9 @@ impl Lane {
         {
             self.flush().await;
         }
-        let name = self.table.name.clone();
         let (batch, _) = self
             .open
-            .get_or_insert_with(|| (Batch::new(name), Instant::now()));
+            .get_or_insert_with(|| (Batch::default(), Instant::now()));
         batch.push(entry);
         if batch.is_full() {
             self.flush().await;

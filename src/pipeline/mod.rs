@@ -25,7 +25,7 @@ use crate::decode::{decode, Coordinates};
 use crate::dlq::DeadLetterError;
 use crate::record::Record;
 use crate::sink::batch::Entry;
-use crate::sink::tables::Routes;
+use crate::sink::tables::{distinct_tables, Routes};
 use crate::sink::writer::{FatalWrite, Writer};
 use lane::{Lane, LaneTx};
 
@@ -70,18 +70,15 @@ impl Pipeline {
     ) -> Self {
         let mut lanes = HashMap::new();
         let mut idle = Vec::new();
-        for r in routes.values() {
-            let name = r.table.name.clone();
-            if lanes.contains_key(&name) {
-                continue;
-            }
+        for (i, table) in distinct_tables(&routes).into_iter().enumerate() {
             let depth = congestion
-                .table(&name)
+                .table(&table.name)
                 .expect("congestion built from the same routes");
             // Batch ids are per table; seeds differ across tables.
-            let lane_seed = seed ^ (idle.len() as u64).rotate_left(40);
+            let lane_seed = seed ^ (i as u64).rotate_left(40);
+            let name = table.name.clone();
             let (tx, lane) = Lane::new(
-                r.table.clone(),
+                table,
                 depth,
                 writer.clone(),
                 linger,

@@ -4,7 +4,6 @@
 //! record wins) and joins its slot, so both offsets are acked by one write.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use crate::decode::{Decoded, Item};
 use crate::record::Record;
@@ -50,24 +49,14 @@ impl Slot {
 }
 
 /// Items bound for one table in one BatchWriteItem call.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Batch {
-    pub table: Arc<str>,
     slots: Vec<Slot>,
     index: HashMap<String, usize>,
     bytes: usize,
 }
 
 impl Batch {
-    pub fn new(table: Arc<str>) -> Self {
-        Self {
-            table,
-            slots: Vec::new(),
-            index: HashMap::new(),
-            bytes: 0,
-        }
-    }
-
     /// Whether `d` cannot join without breaking a limit.
     pub fn cannot_take(&self, d: &Decoded) -> bool {
         let added = d.size + PER_ITEM_OVERHEAD;
@@ -147,7 +136,7 @@ mod tests {
 
     #[test]
     fn at_most_25_items() {
-        let mut b = Batch::new("tbl".into());
+        let mut b = Batch::default();
         for i in 0..25 {
             let e = entry(i, &format!(r#"{{"id":"k{i}"}}"#));
             assert!(!b.cannot_take(&e.decoded));
@@ -161,7 +150,7 @@ mod tests {
 
     #[test]
     fn the_later_record_wins_and_both_offsets_ride_on_its_slot() {
-        let mut b = Batch::new("tbl".into());
+        let mut b = Batch::default();
         assert!(!b.push(entry(0, r#"{"id":"a","v":1}"#)));
         assert!(!b.push(entry(1, r#"{"id":"b","v":1}"#)));
         assert!(b.push(entry(2, r#"{"id":"a","v":2}"#)));
@@ -178,7 +167,7 @@ mod tests {
 
     #[test]
     fn the_16mb_limit_holds() {
-        let mut b = Batch::new("tbl".into());
+        let mut b = Batch::default();
         let pad = "x".repeat(390 * 1024);
         let mut n = 0;
         loop {

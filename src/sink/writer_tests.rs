@@ -65,7 +65,7 @@ fn setup(script: Script, strategy: StrategyConfig, rate: Option<f64>) -> Setup {
 impl Setup {
     /// A batch of records with these JSON values, tracked on t/0.
     fn batch(&mut self, values: &[String]) -> Vec<Slot> {
-        let mut b = Batch::new("tbl".into());
+        let mut b = Batch::default();
         for json in values {
             let offset = self.next;
             self.next += 1;

@@ -179,7 +179,7 @@ impl Poller {
     ) -> bool {
         let ctx = self.ctx();
         if !ctx.assigned_once.load(SeqCst)
-            || ctx.rebalancing.load(SeqCst)
+            || ctx.unassigned_since.lock().unwrap().is_some()
             || !ctx.held.lock().unwrap().is_empty()
         {
             return false;

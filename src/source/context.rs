@@ -28,11 +28,10 @@ pub(super) struct Ctx {
     pub(super) pausing: Mutex<Pausing>,
     pub(super) closing: AtomicBool,
     pub(super) assigned_once: AtomicBool,
-    /// Between a revocation and the next assignment (eager rebalancing): the
-    /// worker holds nothing, which must not read as "caught up".
-    pub(super) rebalancing: AtomicBool,
     /// Since when the worker has held no partition while waiting for an
-    /// assignment (from the subscription, or the last revocation).
+    /// assignment (from the subscription, or the last revocation). Between a
+    /// revocation and the next assignment (eager rebalancing) the worker holds
+    /// nothing, which must not read as "caught up".
     pub(super) unassigned_since: Mutex<Option<Instant>>,
     pub(super) drain_timeout: Duration,
     /// End offset seen at assignment, per partition; absent until learnt.
@@ -66,7 +65,6 @@ impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
-                self.rebalancing.store(true, SeqCst);
                 *self.unassigned_since.lock().unwrap() = Some(Instant::now());
                 self.on_revoke(consumer, tpl)
             }
@@ -90,7 +88,6 @@ impl ConsumerContext for Ctx {
                 warn!(error = %e, "cannot pause or resume newly assigned partitions");
             }
             self.assigned_once.store(true, SeqCst);
-            self.rebalancing.store(false, SeqCst);
             *self.unassigned_since.lock().unwrap() = None;
             self.publish_assignment();
             info!(partitions = %fmt_tps(&tps), "partitions assigned");
@@ -112,7 +109,6 @@ impl Ctx {
             pausing: Mutex::new(Pausing::default()),
             closing: AtomicBool::new(false),
             assigned_once: AtomicBool::new(false),
-            rebalancing: AtomicBool::new(false),
             unassigned_since: Mutex::new(Some(Instant::now())),
             drain_timeout,
             targets: Mutex::new(HashMap::new()),
