@@ -68,6 +68,8 @@ pub struct Counters {
     pub dead_lettered: AtomicU64,
     pub superseded: AtomicU64,
     pub commits: AtomicU64,
+    /// Revocations after the group session expired (nothing could be committed).
+    pub assignments_lost: AtomicU64,
     /// Dead-lettered records per reason (a bounded set of static labels).
     dead_letter_reasons: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -86,6 +88,7 @@ pub struct Snapshot {
     pub dead_lettered: u64,
     pub superseded: u64,
     pub commits: u64,
+    pub assignments_lost: u64,
 }
 
 impl Counters {
@@ -125,6 +128,7 @@ impl Counters {
             dead_lettered: self.dead_lettered.load(Relaxed),
             superseded: self.superseded.load(Relaxed),
             commits: self.commits.load(Relaxed),
+            assignments_lost: self.assignments_lost.load(Relaxed),
         }
     }
 }

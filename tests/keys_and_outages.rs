@@ -297,3 +297,47 @@ async fn a_slow_table_holds_up_only_its_own_partitions() {
         scan(&client, &s.table).await.into_keys().collect();
     assert_committed_were_written(&slow, &s.committed(), &written);
 }
+
+/// A worker frozen past its group session (a stopped container, a paused VM,
+/// a stall of the host) wakes to find its assignment lost: it commits nothing
+/// for those partitions, counts it (`assignments_lost`), rejoins, and every
+/// record is written, none committed ahead of its write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_frozen_past_its_session_rejoins_and_loses_nothing() {
+    let s = Setup::build(2, "", Some(100)).await;
+    let proxy = ThrottleProxy::start(&[]);
+    s.use_endpoint(&proxy.endpoint());
+    let produced = produce(&s.topic, ids("frozen-", 1_500)).await;
+    let client = dynamo().await;
+    let worker = s.spawn(true);
+    eventually(Duration::from_secs(60), "the worker writing", || async {
+        count(&client, &s.table).await >= 200
+    })
+    .await;
+    worker.signal("STOP");
+    // Frozen for longer than the setup's 6 s session.
+    let committed_when_frozen = s.committed();
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    worker.signal("CONT");
+    eventually(
+        Duration::from_secs(120),
+        "commits after the wake",
+        || async {
+            let now = s.committed();
+            let written: std::collections::HashSet<String> =
+                scan(&client, &s.table).await.into_keys().collect();
+            assert_committed_were_written(&produced, &now, &written);
+            now != committed_when_frozen
+        },
+    )
+    .await;
+    let (code, summary) = worker.wait(Duration::from_secs(120));
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert!(
+        summary["assignments_lost"].as_u64().unwrap() >= 1,
+        "the expired session is counted: {summary}"
+    );
+    assert_eq!(count(&client, &s.table).await, 1_500);
+    assert_eq!(s.committed(), s.end_offsets());
+}

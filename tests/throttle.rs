@@ -22,6 +22,9 @@ async fn run_through_proxy(workers: usize) {
     let s = Setup::build(6, "", Some(200)).await;
     let proxy = ThrottleProxy::start(&[]);
     s.use_endpoint(&proxy.endpoint());
+    // No worker is killed here: a session long enough that a stall of the
+    // shared broker (seen on CI) rarely expires it.
+    s.set_kafka_property("session.timeout.ms", "20000");
     let (records, total_wcu) = mixed_sizes(20_000);
     let produced = produce(&s.topic, records).await;
     let client = dynamo().await;
@@ -86,6 +89,7 @@ async fn run_through_proxy(workers: usize) {
             "throttled_requests",
             "unprocessed_items",
             "wcu_written",
+            "assignments_lost",
         ] {
             let prev = sum.get(k).and_then(Value::as_u64).unwrap_or(0);
             sum.insert(k.into(), (prev + u(&summary, k)).into());
@@ -117,10 +121,14 @@ async fn run_through_proxy(workers: usize) {
     );
     assert_eq!(u(&st, "unprocessed_items"), u(&sum, "unprocessed_items"));
     // Rebalances finish in-flight writes and commit exactly them, so records
-    // are written again only in rare races (a write overtaking an abandoned one).
+    // are written again only in rare races (a write overtaking an abandoned
+    // one). A session that expired (a broker stall) can commit nothing: what
+    // was written since its last commit is written again by the next owner,
+    // as at-least-once allows; the bound holds for runs without one.
     let rewritten = u(&sum, "wcu_written") - total_wcu;
+    let lost = u(&sum, "assignments_lost");
     assert!(
-        rewritten * 100 <= total_wcu,
+        lost > 0 || rewritten * 100 <= total_wcu,
         "{rewritten} WCU written twice"
     );
 
@@ -128,7 +136,7 @@ async fn run_through_proxy(workers: usize) {
     let utilization = st["accepted_wcu"].as_f64().unwrap() / st["offered_wcu"].as_f64().unwrap();
     eprintln!(
         "{workers} worker(s): {requests} requests for 20000 records ({:.3}x the ideal 800), \
-         throttled {:.2}%, utilization {:.1}%, {elapsed:.0} s (ideal {:.0} s), {rewritten} WCU rewritten, \
+         throttled {:.2}%, utilization {:.1}%, {elapsed:.0} s (ideal {:.0} s), {rewritten} WCU rewritten ({lost} assignment(s) lost), \
          peak RSS {peak_rss_mb:.1} MB (largest worker)",
         requests / 800.0,
         100.0 * u(&sum, "throttled_requests") as f64 / requests,

@@ -50,6 +50,7 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
     ("ingest_write_errors_total", Kind::Counter, "table", "Calls that failed transiently (network, 5xx) and were retried."),
     ("ingest_dead_lettered_total", Kind::Counter, "reason", "Records sent to the dead-letter topic, by reason."),
     ("ingest_commits_total", Kind::Counter, "", "Offset commits to Kafka."),
+    ("ingest_assignments_lost_total", Kind::Counter, "", "Revocations after the group session expired: what was written since the last commit is written again by the next owner."),
     ("ingest_backoff_sleep_seconds_total", Kind::Seconds, "table", "Time writers of the table spent sleeping on the strategy's or the transient backoff's delays."),
     ("ingest_strategy_invocations_total", Kind::Counter, "table,strategy", "Answers the throttle strategy was told about (AutoSleeper: invocations)."),
     ("ingest_strategy_went_up_total", Kind::Counter, "table,strategy", "Times the strategy's delay went up (or its rate down)."),
@@ -191,6 +192,7 @@ impl Exporter {
         self.counter("ingest_records_consumed_total", &[], s.records_consumed);
         self.counter("ingest_batches_total", &[], s.batches);
         self.counter("ingest_commits_total", &[], s.commits);
+        self.counter("ingest_assignments_lost_total", &[], s.assignments_lost);
         for (reason, n) in live.counters.dead_letters_by_reason() {
             self.counter("ingest_dead_lettered_total", &[reason], n);
         }

@@ -140,6 +140,7 @@ impl Ctx {
             warn!(partitions = %fmt_tps(&tps), "revoked partitions not drained in time; unwritten records will be redelivered to the next owner");
         }
         if consumer.assignment_lost() {
+            Counters::add(&self.counters.assignments_lost, 1);
             warn!("assignment lost (session timed out): not committing revoked partitions");
         } else if let Err(e) = commit(consumer, &self.acks, &self.counters, Some(&tps)) {
             warn!(error = %e, "commit on revocation failed");

@@ -502,6 +502,19 @@ level = "info"
         std::fs::write(&self.config, text.replace(DYNAMODB, endpoint)).unwrap();
     }
 
+    /// Sets one of the `[kafka.properties]` the setup wrote (e.g. the
+    /// session timeout).
+    pub fn set_kafka_property(&self, key: &str, value: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{key}\" =")))
+            .unwrap_or_else(|| panic!("{key} is not among the setup's kafka.properties"))
+            .to_string();
+        let text = text.replace(&line, &format!("\"{key}\" = \"{value}\""));
+        std::fs::write(&self.config, text).unwrap();
+    }
+
     /// Sets config keys by appending a section (e.g. "[throttle]\n...").
     pub fn append_config(&self, toml: &str) {
         let mut text = std::fs::read_to_string(&self.config).unwrap();
