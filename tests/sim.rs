@@ -272,3 +272,34 @@ fn bad_scenarios_exit_2_naming_the_field() {
     assert!(err.contains("only .svg"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A bucket smaller than one batch: every full batch comes back partial at
+/// any rate. The default sizes its requests to what the server admits at
+/// once and keeps its rate; before, it cut the rate on every partial answer
+/// and collapsed. Checked with 1 and 3 clients, on five seeds.
+#[test]
+fn a_bucket_smaller_than_a_batch_does_not_collapse_the_rate() {
+    for clients in [1, 3] {
+        let mut sc = sim::load(&scenario("shallow-bucket")).unwrap();
+        sc.clients.count = clients;
+        for seed in 1..=5 {
+            sc.seed = seed;
+            let s = sim::run(&sc).unwrap().scores;
+            let (new, old) = (by(&s, "adaptive"), by(&s, "adaptive-noshrink"));
+            assert!(
+                old.utilization < 0.1,
+                "{clients} clients, seed {seed}: the old rule collapses: {old:?}"
+            );
+            assert!(
+                new.utilization > 0.6,
+                "{clients} clients, seed {seed}: {new:?}"
+            );
+            let best_anchor = s
+                .iter()
+                .filter(|x| !x.label.starts_with("adaptive"))
+                .map(|x| x.utilization)
+                .fold(0.0, f64::max);
+            assert!(new.utilization > best_anchor, "{s:?}");
+        }
+    }
+}

@@ -154,3 +154,52 @@ async fn one_worker_writes_20k_mixed_records_through_a_200_wcu_table() {
 async fn three_workers_share_a_200_wcu_table_and_write_20k_records() {
     run_through_proxy(3).await;
 }
+
+/// Runs `workers` workers until caught up through a 200 WCU/s proxy whose
+/// bucket holds `burst_s` seconds of capacity (no burst credit): 2,000 mixed
+/// records; returns (elapsed s, requests, throttled requests, WCU).
+async fn shallow_bucket_run(workers: usize, burst_s: &str, throttle: &str) -> (f64, u64, u64, u64) {
+    let s = Setup::build(4, "", Some(200)).await;
+    let proxy = ThrottleProxy::start(&["--burst-s", burst_s]);
+    s.use_endpoint(&proxy.endpoint());
+    s.append_config(throttle);
+    let (records, total_wcu) = mixed_sizes(2_000);
+    produce(&s.topic, records).await;
+    let started = Instant::now();
+    let running: Vec<Worker> = (0..workers).map(|_| s.spawn(true)).collect();
+    let (mut requests, mut throttled) = (0, 0);
+    for w in running {
+        // Liveness, not speed: the ideal is about 17 s.
+        let (code, summary) = w.wait(Duration::from_secs(300));
+        let summary = summary.expect("summary");
+        assert_eq!(code, Some(0), "{summary}");
+        requests += u(&summary, "requests");
+        throttled += u(&summary, "throttled_requests");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let client = dynamo().await;
+    assert_eq!(
+        count(&client, &s.table).await,
+        2_000,
+        "every record written"
+    );
+    assert_eq!(s.committed(), s.end_offsets());
+    eprintln!(
+        "{workers} worker(s), bucket {burst_s} s, {throttle:?}: {elapsed:.1} s for {total_wcu} WCU \
+         ({:.0}% of 200 WCU/s, including start-up), {requests} requests, {throttled} throttled \
+         ({:.1}%)",
+        100.0 * total_wcu as f64 / 200.0 / elapsed,
+        100.0 * throttled as f64 / requests.max(1) as f64
+    );
+    (elapsed, requests, throttled, total_wcu)
+}
+
+/// A bucket smaller than one batch (10 WCU at 200 WCU/s: every 25-item
+/// request comes back partial at any rate) must not collapse the rate:
+/// requests shrink to what the server admits at once. Before, one worker cut
+/// its rate on every partial answer, toward nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bucket_smaller_than_one_batch_shrinks_requests_not_the_rate() {
+    shallow_bucket_run(1, "0.05", "").await;
+    shallow_bucket_run(3, "0.05", "").await;
+}

@@ -19,6 +19,7 @@ use governor::clock::FakeRelativeClock;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::REMAINING_WINDOW;
 use crate::throttle::pace::Pacer;
 use crate::throttle::window::AcceptedWindow;
@@ -69,6 +70,8 @@ struct Client {
     start: Duration,
     /// Costs of the items still to write.
     pending: Vec<f64>,
+    /// How many of them (the leading ones) this attempt carries.
+    sending: usize,
     /// Units of this attempt still to take from the pacer (None: not started).
     to_pace: Option<u32>,
     wait_from: Duration,
@@ -147,6 +150,7 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
                 rng,
                 start,
                 pending: Vec::new(),
+                sending: 0,
                 to_pace: None,
                 wait_from: start,
                 sent_at: start,
@@ -201,7 +205,11 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
             Step::Pace => {
                 let mut left = match cl.to_pace {
                     Some(l) => l,
-                    None => cl.pending.iter().sum::<f64>().ceil() as u32,
+                    None => {
+                        let limit = cl.strategy.max_request_units();
+                        cl.sending = leading_within(cl.pending.iter().copied(), limit);
+                        cl.pending[..cl.sending].iter().sum::<f64>().ceil() as u32
+                    }
                 };
                 let mut wait = None;
                 while left > 0 {
@@ -225,21 +233,22 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
                 push(&mut queue, t + cl.latency / 2, id, Step::Arrive);
             }
             Step::Arrive => {
-                cl.answer = Some(server.request(&cl.pending, t));
+                cl.answer = Some(server.request(&cl.pending[..cl.sending], t));
                 push(&mut queue, cl.sent_at + cl.latency, id, Step::Answer);
             }
             Step::Answer => {
                 let a = cl.answer.take().expect("an answer arrived");
-                let units: f64 = cl.pending.iter().sum();
+                let sent = &cl.pending[..cl.sending];
+                let units: f64 = sent.iter().sum();
                 let written = a.accepted_items() as u64;
-                let left: Vec<f64> = cl
-                    .pending
+                let mut left: Vec<f64> = sent
                     .iter()
                     .zip(&a.accepted)
                     .filter(|(_, ok)| !**ok)
                     .map(|(c, _)| *c)
                     .collect();
                 let throttled = !left.is_empty();
+                left.extend_from_slice(&cl.pending[cl.sending..]);
                 cl.pending = left;
                 if throttled {
                     cl.throttled += 1;
@@ -254,12 +263,16 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
                     now: t,
                     throttled,
                     accepted_units: a.accepted_units,
+                    sent_units: units,
                     remaining: a.remaining.or(estimate),
                     level_units: a.remaining.map(|r| r * bucket_size),
                     capacity,
                     share,
                 };
                 let d = cl.strategy.after_attempt(&fb);
+                let size = cl.strategy.max_request_units();
+                cl.pacer
+                    .set_burst(size.map_or(u32::MAX, |u| u.floor() as u32));
                 if let Some(r) = cl.strategy.rate() {
                     cl.pacer.set_rate(Some(r));
                 }

@@ -40,6 +40,7 @@ use crate::decode::{key_of, Item, KeySchema};
 use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::Counters;
+use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::Control;
 use crate::throttle::simple::Exponential;
 use crate::throttle::Strategy;
@@ -71,8 +72,9 @@ pub enum FatalWrite {
 /// What one call of the write loop left.
 enum Left {
     Done,
-    /// DynamoDB rejected the call: these slots were not written.
-    Rejected(Vec<Slot>, String),
+    /// DynamoDB rejected the call: these slots were not written (the first),
+    /// nor were these, not yet sent (the last).
+    Rejected(Vec<Slot>, String, Vec<Slot>),
 }
 
 impl Writer {
@@ -97,9 +99,12 @@ impl Writer {
                     table: table.to_string(),
                     source,
                 })?;
-            let Left::Rejected(mut slots, why) = left else {
+            let Left::Rejected(mut slots, why, rest) = left else {
                 continue;
             };
+            if !rest.is_empty() {
+                groups.push(rest); // after the refused ones are sorted out
+            }
             if slots.len() > 1 {
                 let second = slots.split_off(slots.len() / 2);
                 groups.push(second);
@@ -145,18 +150,26 @@ impl Writer {
             if remaining.is_empty() {
                 return Ok(Left::Done);
             }
-            let cost: u32 = remaining.iter().map(Slot::wcu).sum();
-            let alive = || self.any_live(&remaining, started);
+            // One request carries what the table admits at once (the whole
+            // batch unless partial answers taught otherwise).
+            let limit = ctl.max_request_units();
+            let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
+            let rest = remaining.split_off(n);
+            let mut send = remaining;
+            let cost: u32 = send.iter().map(Slot::wcu).sum();
+            let alive = || self.any_live(&send, started);
             let paced = tokio::select! {
                 go = ctl.pace(cost, alive) => go,
                 () = self.acks.until_dead(alive) => false,
             };
-            remaining = self.keep_live(remaining, started);
-            if !paced || remaining.is_empty() {
+            send = self.keep_live(send, started);
+            if !paced || send.is_empty() {
+                remaining = joined(send, rest);
                 continue;
             }
             started = true;
-            let items = remaining.iter().map(|s| s.item().clone()).collect();
+            let sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
+            let items = send.iter().map(|s| s.item().clone()).collect();
             count(c, ctl, |c| &c.requests, 1);
             let sent = tokio::time::Instant::now();
             let answer = self.sink.batch_write(table, items).await;
@@ -164,36 +177,39 @@ impl Writer {
             let (throttled, accepted) = match answer {
                 Ok(outcome) => {
                     let left = unprocessed_keys(&outcome.unprocessed, schema);
-                    let (todo, done): (Vec<Slot>, Vec<Slot>) = remaining
+                    let (todo, done): (Vec<Slot>, Vec<Slot>) = send
                         .into_iter()
                         .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
                     let written: u32 = done.iter().map(Slot::wcu).sum();
                     self.written(&done, ctl);
-                    remaining = todo;
-                    if !remaining.is_empty() {
+                    let throttled = !todo.is_empty();
+                    if throttled {
                         count(c, ctl, |c| &c.throttled_requests, 1);
-                        count(c, ctl, |c| &c.unprocessed_items, remaining.len() as u64);
+                        count(c, ctl, |c| &c.unprocessed_items, todo.len() as u64);
                     }
+                    remaining = joined(todo, rest);
                     let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
-                    (!remaining.is_empty(), accepted)
+                    (throttled, accepted)
                 }
                 Err(WriteError::Throttled(m)) => {
                     count(c, ctl, |c| &c.throttled_requests, 1);
                     debug!(table, error = %m, "throttled");
+                    remaining = joined(send, rest);
                     (true, 0.0)
                 }
                 Err(WriteError::Retryable(m)) => {
                     count(c, ctl, |c| &c.retryable_errors, 1);
                     let d = transient.next_failure();
                     warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
+                    remaining = joined(send, rest);
                     self.wait(ctl, d, &remaining, true).await;
                     continue;
                 }
-                Err(WriteError::Rejected(m)) => return Ok(Left::Rejected(remaining, m)),
+                Err(WriteError::Rejected(m)) => return Ok(Left::Rejected(send, m, rest)),
                 Err(fatal @ WriteError::Fatal(_)) => return Err(fatal),
             };
             transient.before_call(ctl.now());
-            let delay = ctl.after_attempt(throttled, accepted);
+            let delay = ctl.after_attempt(throttled, accepted, sent_units);
             if remaining.is_empty() {
                 // Pacing after a success (delay strategies): holds the table's
                 // write slot, cut short when partitions close.
@@ -293,6 +309,12 @@ impl Writer {
             debug!(error = %e, "ack ignored (partition revoked meanwhile)");
         }
     }
+}
+
+/// `a` then `b`.
+fn joined(mut a: Vec<Slot>, b: Vec<Slot>) -> Vec<Slot> {
+    a.extend(b);
+    a
 }
 
 /// Adds `n` to a counter of the process and of the table.

@@ -143,8 +143,14 @@ impl Control {
         true
     }
 
-    /// Reports an attempt; returns the delay before the next one.
-    pub fn after_attempt(&self, throttled: bool, accepted_units: f64) -> Duration {
+    /// The most units one request should carry (None: a whole batch).
+    pub fn max_request_units(&self) -> Option<f64> {
+        self.strategy.lock().unwrap().max_request_units()
+    }
+
+    /// Reports an attempt that asked for `sent_units`; returns the delay
+    /// before the next one.
+    pub fn after_attempt(&self, throttled: bool, accepted_units: f64, sent_units: f64) -> Duration {
         let now = self.now();
         let capacity = *self.capacity.lock().unwrap();
         let share = *self.share.lock().unwrap();
@@ -157,6 +163,7 @@ impl Control {
             now,
             throttled,
             accepted_units,
+            sent_units,
             remaining,
             level_units: None,
             capacity,
@@ -168,7 +175,13 @@ impl Control {
         let mut s = self.strategy.lock().unwrap();
         let delay = s.after_attempt(&fb);
         let rate = s.rate();
+        let size = s.max_request_units();
         drop(s);
+        // A request size smaller than the burst also bounds the burst, so
+        // requests sized to what the server admits at once do not leave
+        // back to back (set first: a burst change swaps the limiter).
+        self.pacer
+            .set_burst(size.map_or(u32::MAX, |u| u.floor() as u32));
         if rate.is_some() {
             self.pacer.set_rate(rate);
         }
@@ -210,7 +223,7 @@ mod tests {
     fn a_rate_strategy_steers_the_pacer() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(200.0));
-        c.after_attempt(false, 25.0);
+        c.after_attempt(false, 25.0, 25.0);
         assert_eq!(c.report().pacing_rate, Some(196.0));
         assert_eq!(c.report().capacity, Some(200.0));
     }
@@ -222,7 +235,7 @@ mod tests {
             .try_into()
             .unwrap();
         let c = Control::new(cfg.build(1), Some(50.0), burst());
-        let d = c.after_attempt(true, 0.0);
+        let d = c.after_attempt(true, 0.0, 25.0);
         assert_eq!(
             d,
             Duration::from_millis(500),

@@ -41,6 +41,8 @@ pub struct Feedback {
     pub throttled: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
+    /// Capacity units the attempt asked for (its items' cost).
+    pub sent_units: f64,
     /// Fraction (0..=1) of the server's capacity left, when known.
     pub remaining: Option<f64>,
     /// Units left in the server's bucket, when the server reports it (Heroku's
@@ -96,6 +98,13 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// The pacing rate (capacity units per second) the strategy wants, if it
     /// paces by rate.
     fn rate(&self) -> Option<f64> {
+        None
+    }
+
+    /// The most capacity units one request should carry, if the strategy
+    /// limits it (the writer then sends a batch in several requests, and
+    /// always at least one whole item per request).
+    fn max_request_units(&self) -> Option<f64> {
         None
     }
 

@@ -19,6 +19,7 @@
 //! with the very same limiter code.
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as C
 #[derive(Debug)]
 struct Current<C: Clock> {
     rate: f64,
+    burst: NonZeroU32,
     limiter: Arc<Limiter<C>>,
     /// Nothing is released before this: the debt of the limiter this one
     /// replaced (when it would have been full again).
@@ -65,7 +67,10 @@ impl Clock for TokioClock {
 /// A swappable rate limiter in capacity units per second; `None` = unpaced.
 #[derive(Debug)]
 pub struct Pacer<C: Clock = TokioClock> {
-    burst: NonZeroU32,
+    /// Units released at once at most (`set_burst` lowers it, never above
+    /// the configured one).
+    burst: AtomicU32,
+    max_burst: NonZeroU32,
     clock: C,
     current: RwLock<Option<Current<C>>>,
 }
@@ -95,7 +100,8 @@ impl<C: Clock + Clone> Pacer<C> {
     /// A pacer on the given clock.
     pub fn with_clock(rate: Option<f64>, burst: NonZeroU32, clock: C) -> Self {
         let p = Self {
-            burst,
+            burst: AtomicU32::new(burst.get()),
+            max_burst: burst,
             clock,
             current: RwLock::new(None),
         };
@@ -117,7 +123,7 @@ impl<C: Clock + Clone> Pacer<C> {
                 return Err(wait);
             }
         }
-        let chunk = units.min(self.burst.get());
+        let chunk = units.min(c.burst.get());
         let Some(n) = NonZeroU32::new(chunk) else {
             return Ok(0);
         };
@@ -132,18 +138,31 @@ impl<C: Clock + Clone> Pacer<C> {
         self.current.read().unwrap().as_ref().map(|c| c.rate)
     }
 
-    /// Changes the rate (swaps the limiter when it moved by more than 1%).
+    /// Releases at most `units` at once from now on (capped at the
+    /// configured burst, at least 1): requests the server admits only in
+    /// small pieces are then not released back to back.
+    pub fn set_burst(&self, units: u32) {
+        let b = units.clamp(1, self.max_burst.get());
+        if self.burst.swap(b, Relaxed) != b {
+            let rate = self.rate();
+            self.set_rate(rate);
+        }
+    }
+
+    /// Changes the rate (swaps the limiter when it moved by more than 1%, or
+    /// the burst changed).
     pub fn set_rate(&self, rate: Option<f64>) {
         let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
+        let burst = NonZeroU32::new(self.burst.load(Relaxed)).unwrap_or(self.max_burst);
         let mut cur = self.current.write().unwrap();
         match (rate, cur.as_ref()) {
             (None, _) => *cur = None,
-            (Some(r), Some(c)) if (r - c.rate).abs() <= c.rate * 0.01 => {}
+            (Some(r), Some(c)) if (r - c.rate).abs() <= c.rate * 0.01 && c.burst == burst => {}
             (Some(r), _) => {
                 let period = Duration::from_secs_f64(1.0 / r).max(Duration::from_nanos(1));
                 let quota = Quota::with_period(period)
                     .expect("period > 0")
-                    .allow_burst(self.burst);
+                    .allow_burst(burst);
                 let limiter = RateLimiter::direct_with_clock(quota, self.clock.clone());
                 // The new limiter starts full, but releases nothing until the
                 // old one's debt is paid: the units it had released beyond
@@ -153,7 +172,7 @@ impl<C: Clock + Clone> Pacer<C> {
                 // unit at the latest.
                 let now = self.clock.now();
                 let hold_until = cur.as_ref().map(|old| {
-                    let full_again = match old.limiter.check_n(self.burst) {
+                    let full_again = match old.limiter.check_n(old.burst) {
                         Ok(Err(not_until)) => not_until.earliest_possible(),
                         _ => now,
                     };
@@ -166,6 +185,7 @@ impl<C: Clock + Clone> Pacer<C> {
                 });
                 *cur = Some(Current {
                     rate: r,
+                    burst,
                     limiter: Arc::new(limiter),
                     hold_until,
                 });

@@ -240,6 +240,7 @@ mod tests {
         now: Duration::ZERO,
         throttled: true,
         accepted_units: 0.0,
+        sent_units: 0.0,
         remaining: None,
         level_units: None,
         capacity: None,

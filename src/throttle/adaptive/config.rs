@@ -44,6 +44,16 @@ pub struct AdaptiveConfig {
     /// Level mode: `cushion_gain` while the bucket holds less than one
     /// second of refill (its flat trend then under-reads the fleet's rate).
     pub cushion_empty_gain: f64,
+    /// Shrink requests to what a partial answer shows the server admits at
+    /// once, instead of cutting the rate ([`super::size`]).
+    pub shrink_requests: bool,
+    /// Below this fraction of the fair share (capacity x share x target), a
+    /// partial answer is not a rate signal: the request is too large.
+    pub slow_below: f64,
+    /// Seconds a shrunk request size holds before it grows back.
+    pub size_hold_s: f64,
+    /// Growth of the request size per full answer after the hold.
+    pub size_grow: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -67,6 +77,10 @@ impl Default for AdaptiveConfig {
             start_splay: 1.0,
             cushion_decrease: 0.75,
             cushion_empty_gain: 0.6,
+            shrink_requests: true,
+            slow_below: 0.5,
+            size_hold_s: 30.0,
+            size_grow: 1.25,
         }
     }
 }
@@ -119,6 +133,15 @@ impl AdaptiveConfig {
                 && self.cushion_empty_gain <= 1.0,
             || "cushion_decrease must be in (0, 1), cushion_empty_gain in (0, 1]".into(),
         )?;
+        ensure((0.0..=1.0).contains(&self.slow_below), || {
+            format!("slow_below = {}: must be in [0, 1]", self.slow_below)
+        })?;
+        ensure(self.size_hold_s >= 0.0 && self.size_grow > 1.0, || {
+            format!(
+                "size_hold_s = {}, size_grow = {}: must be >= 0 and > 1",
+                self.size_hold_s, self.size_grow
+            )
+        })?;
         ensure((0.0..=10.0).contains(&self.start_splay), || {
             format!("start_splay = {}: must be in [0, 10]", self.start_splay)
         })?;

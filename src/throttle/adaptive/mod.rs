@@ -52,6 +52,7 @@
 
 mod config;
 mod cushion;
+pub mod size;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -62,6 +63,7 @@ use rand::{Rng, SeedableRng};
 use super::window::AcceptedWindow;
 use super::{Feedback, Metrics, Strategy};
 pub use config::AdaptiveConfig;
+use size::RequestSize;
 
 #[derive(Debug, Clone)]
 pub struct Adaptive {
@@ -86,6 +88,8 @@ pub struct Adaptive {
     known: (Option<f64>, Option<f64>),
     /// The first call is behind us (or `prime` said there was history).
     started: bool,
+    /// How much one request may carry.
+    size: RequestSize,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -100,6 +104,7 @@ impl Adaptive {
         let window = Duration::from_secs_f64(cfg.window_ms / 1e3);
         Self {
             rate: cfg.start_rate,
+            size: RequestSize::new(Duration::from_secs_f64(cfg.size_hold_s), cfg.size_grow),
             cfg,
             w_max: None,
             last_decrease: None,
@@ -213,6 +218,15 @@ impl Strategy for Adaptive {
         }
         self.accepted.add(fb.now, fb.accepted_units);
         self.follow(fb.capacity, fb.share);
+        // A partial answer to a request larger than the server has shown it
+        // admits at once, or far below the fair share: the request shrinks,
+        // the rate stays.
+        let fair = self.expected.map(|e| e * self.cfg.target_fraction);
+        let slow = fair.is_some_and(|f| self.rate < self.cfg.slow_below * f);
+        let size_signal = self.cfg.shrink_requests
+            && self
+                .size
+                .observe(fb.now, fb.sent_units, fb.accepted_units, fb.throttled, slow);
         let dt = self
             .last_update
             .map_or(0.0, |t| fb.now.saturating_sub(t).as_secs_f64())
@@ -222,7 +236,7 @@ impl Strategy for Adaptive {
         let cooldown = Duration::from_secs_f64(self.cfg.cooldown_ms / 1e3);
         let first_seen = *self.first_seen.get_or_insert(fb.now);
         let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
-        if fb.throttled {
+        if fb.throttled && !size_signal {
             if since.is_none_or(|s| s >= cooldown) {
                 // The accepted rate means something only over a full window.
                 let measured = if fb.now.saturating_sub(first_seen) >= window {
@@ -240,9 +254,8 @@ impl Strategy for Adaptive {
                 self.last_decrease = Some(fb.now);
                 self.metrics.went_down += 1;
             }
-        } else if self.accepted_rate(fb.now) >= 0.5 * self.rate {
+        } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
-            let fair = self.expected.map(|e| e * self.cfg.target_fraction);
             self.rate = match (self.w_max, since, fair) {
                 // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
                 (_, _, Some(f)) if self.rate < f => {
@@ -263,6 +276,10 @@ impl Strategy for Adaptive {
 
     fn rate(&self) -> Option<f64> {
         Some(self.rate)
+    }
+
+    fn max_request_units(&self) -> Option<f64> {
+        self.size.limit().filter(|_| self.cfg.shrink_requests)
     }
 
     fn current_delay(&self) -> Duration {
@@ -292,6 +309,8 @@ mod tests {
             now: Duration::from_millis(ms),
             throttled,
             accepted_units: units,
+            // As much as was accepted: no size learned (see the size tests).
+            sent_units: units,
             remaining: None,
             level_units: None,
             capacity,
@@ -405,6 +424,49 @@ mod tests {
             (a.rate().unwrap() - 147.0).abs() < 1e-9,
             "no partitions: unchanged"
         );
+    }
+
+    #[test]
+    fn a_server_admitting_less_than_a_request_shrinks_requests_not_the_rate() {
+        // 200 WCU/s, a bucket of 10: every 50-unit request comes back with
+        // 10 written, whatever the rate.
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        let partial = |ms, sent: f64| Feedback {
+            sent_units: sent,
+            ..at(ms, true, 10.0_f64.min(sent), Some(200.0))
+        };
+        a.after_attempt(&at(0, false, 10.0, Some(200.0)));
+        a.after_attempt(&partial(50, 50.0));
+        assert_eq!(a.max_request_units(), Some(10.0));
+        assert_eq!(a.rate(), Some(196.0), "a size signal, not a rate signal");
+        // Requests of the admitted size go through; the rate stays.
+        for ms in (100..20_000).step_by(50) {
+            a.after_attempt(&Feedback {
+                sent_units: 10.0,
+                ..at(ms, false, 10.0, Some(200.0))
+            });
+        }
+        assert_eq!(a.rate(), Some(196.0));
+        // Without shrinking, the same answers cut the rate once per cooldown,
+        // toward nothing (the collapse this replaces).
+        let cfg = AdaptiveConfig {
+            shrink_requests: false,
+            ..AdaptiveConfig::default()
+        };
+        let mut old = Adaptive::new(cfg);
+        old.after_attempt(&at(0, false, 10.0, Some(200.0)));
+        let mut ms = 50;
+        while ms < 60_000 {
+            let r = old.rate().unwrap();
+            // It sends at its rate; each 50-unit request gets 10 written.
+            old.after_attempt(&Feedback {
+                sent_units: 50.0,
+                ..at(ms, true, 10.0, Some(200.0))
+            });
+            ms += (50.0 / r * 1000.0) as u64;
+        }
+        assert!(old.rate().unwrap() < 50.0, "{:?}", old.rate());
+        assert_eq!(old.max_request_units(), None);
     }
 
     #[test]

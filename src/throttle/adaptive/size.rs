@@ -1,0 +1,207 @@
+//! How much one request may carry, learned from partial answers. Pure: time
+//! is passed in.
+//!
+//! DynamoDB writes the items of a BatchWriteItem that fit in what the table
+//! (or the key range) admits at that instant and returns the rest
+//! unprocessed. When that allowance is smaller than a request (a shallow
+//! bucket, no burst credit, a hot partition, peers' requests coinciding),
+//! every request comes back partial *whatever the rate*: cutting the rate
+//! does not help, and a controller that cuts on every partial answer spirals
+//! down (measured with `ingest sim`: 1.6% of a 200 WCU/s table with a bucket
+//! of 10 WCU). Requests shrink instead:
+//!
+//! - a partial answer to a request larger than any size proven since (the
+//!   first partial answer, those of regrowth), or one that comes while the
+//!   client paces far below its share of the capacity, is a *size* signal:
+//!   the server admitted `accepted` units at once, so requests carry at most
+//!   that much from now on (and always one whole item), for `hold` at least;
+//!   the rate controller does not cut for it;
+//! - a partial answer to a request within the proven size, at a normal rate,
+//!   is a rate signal (the server's bucket was low, not small): the rate
+//!   controller cuts, and requests halve at most, down to half the proven
+//!   size (smaller ones fit peers' coinciding requests better, but cost more
+//!   calls than they save below that);
+//! - after the hold, each request that used most of the limit and was fully
+//!   accepted raises it by `grow`, until no limit is left (a full batch).
+//!
+//! So a server that admits less than a batch at a time sees one partial
+//! answer per `hold` (plus the few of the regrowth), not one per request.
+
+use std::time::Duration;
+
+/// Above this, the limit is dropped (no batch costs that much: 25 items of
+/// 400 KB are 10,000 WCU).
+const UNLIMITED: f64 = 10_000.0;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestSize {
+    limit: Option<f64>,
+    /// What the last partial answer admitted at once (None: none yet, or
+    /// the limit grew back to a whole batch since).
+    proven: Option<f64>,
+    hold: Duration,
+    grow: f64,
+    hold_until: Duration,
+}
+
+impl RequestSize {
+    pub fn new(hold: Duration, grow: f64) -> Self {
+        Self {
+            limit: None,
+            proven: None,
+            hold,
+            grow,
+            hold_until: Duration::ZERO,
+        }
+    }
+
+    /// The most units one request should carry (None: a whole batch).
+    pub fn limit(&self) -> Option<f64> {
+        self.limit
+    }
+
+    /// One answer: `sent` units asked for, `accepted` written; `slow`: the
+    /// client was pacing far below its share of the capacity. Returns true
+    /// if it was a size signal: partial, for a request larger than any size
+    /// proven since, or while slow (see the module doc); the limit then
+    /// shrinks to what was admitted. A partial answer within the proven size
+    /// at a normal rate is the rate's business: the limit stays.
+    pub fn observe(
+        &mut self,
+        now: Duration,
+        sent: f64,
+        accepted: f64,
+        throttled: bool,
+        slow: bool,
+    ) -> bool {
+        if throttled {
+            if accepted <= 0.0 || accepted >= sent {
+                return false; // nothing admitted: no size learned
+            }
+            let probe = self.proven.is_none_or(|p| sent > p + 1e-9);
+            let admitted = accepted.max(1.0);
+            if probe || slow {
+                // The server admitted this much at once.
+                self.limit = Some(admitted);
+                self.proven = Some(admitted);
+            } else {
+                // Within the proven size: its bucket was low, not small.
+                // Smaller requests fit peers' coinciding ones better, down
+                // to half the proven size (smaller ones cost more calls
+                // than they save).
+                let l = self.limit.unwrap_or(sent);
+                let floor = self.proven.map_or(0.0, |p| p / 2.0);
+                self.limit = Some(admitted.max(l / 2.0).max(floor).min(l));
+                self.hold_until = now + self.hold;
+                return false;
+            }
+            self.hold_until = now + self.hold;
+            return true;
+        }
+        if let Some(l) = self.limit {
+            if now >= self.hold_until && sent >= 0.8 * l {
+                let next = l * self.grow;
+                self.limit = (next < UNLIMITED).then_some(next);
+                if self.limit.is_none() {
+                    self.proven = None;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// How many of the leading items (by cost) one request takes under `limit`:
+/// as many as fit, and always at least one.
+pub fn leading_within(costs: impl IntoIterator<Item = f64>, limit: Option<f64>) -> usize {
+    let Some(limit) = limit else {
+        return costs.into_iter().count();
+    };
+    let mut sum = 0.0;
+    let mut n = 0;
+    for c in costs {
+        sum += c;
+        if n > 0 && sum > limit + 1e-9 {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_partial_answer_limits_requests_to_what_was_admitted() {
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert_eq!(s.limit(), None);
+        assert!(s.observe(ms(0), 50.0, 10.0, true, false), "a size signal");
+        assert_eq!(s.limit(), Some(10.0));
+        // Held: successes do not raise it for 30 s.
+        for t in (100..30_000).step_by(100) {
+            assert!(!s.observe(ms(t), 10.0, 10.0, false, false));
+        }
+        assert_eq!(s.limit(), Some(10.0));
+        // Then each full request raises it by 25%.
+        s.observe(ms(30_000), 10.0, 10.0, false, false);
+        assert_eq!(s.limit(), Some(12.5));
+        // A request that used little of it does not.
+        s.observe(ms(30_100), 2.0, 2.0, false, false);
+        assert_eq!(s.limit(), Some(12.5));
+    }
+
+    #[test]
+    fn only_requests_above_the_proven_size_are_size_signals() {
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert!(s.observe(ms(0), 50.0, 10.0, true, false), "the first: size");
+        // Partial within what was proven: the bucket was low, a rate
+        // signal; the size halves at most, to half the proven size at least.
+        assert!(!s.observe(ms(50), 10.0, 2.0, true, false));
+        assert_eq!(s.limit(), Some(5.0));
+        assert!(!s.observe(ms(60), 5.0, 1.0, true, false));
+        assert_eq!(s.limit(), Some(5.0));
+        // Far below its share, a partial answer is a size signal.
+        assert!(s.observe(ms(70), 5.0, 3.0, true, true));
+        assert_eq!(s.limit(), Some(3.0));
+        assert!(s.observe(ms(80), 4.0, 2.0, true, false), "above it: size");
+        assert_eq!(s.limit(), Some(2.0));
+    }
+
+    #[test]
+    fn it_grows_back_to_no_limit_and_never_below_one_unit() {
+        let mut s = RequestSize::new(Duration::ZERO, 2.0);
+        s.observe(ms(0), 5.0, 0.4, true, false);
+        assert_eq!(s.limit(), Some(1.0), "one unit at least");
+        let mut t = 1;
+        while let Some(l) = s.limit() {
+            s.observe(ms(t), l, l, false, false);
+            t += 1;
+            assert!(t < 100, "grows without bound");
+        }
+    }
+
+    #[test]
+    fn a_request_takes_the_items_that_fit_and_at_least_one() {
+        assert_eq!(leading_within([5.0, 5.0, 5.0], Some(10.0)), 2);
+        assert_eq!(leading_within([20.0, 5.0], Some(10.0)), 1);
+        assert_eq!(leading_within([1.0; 25], None), 25);
+        assert_eq!(leading_within([], Some(10.0)), 0);
+    }
+
+    #[test]
+    fn errors_and_whole_answers_teach_no_size() {
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert!(
+            !s.observe(ms(0), 50.0, 0.0, true, false),
+            "a 400: nothing admitted"
+        );
+        assert!(!s.observe(ms(1), 50.0, 50.0, false, false));
+        assert_eq!(s.limit(), None);
+    }
+}
