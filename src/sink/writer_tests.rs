@@ -399,3 +399,47 @@ async fn a_dead_letter_topic_that_refuses_is_fatal() {
     assert!(matches!(err, FatalWrite::DeadLetters(_)), "{err}");
     assert_eq!(s.watermark(), Some(0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_partial_answer_sizes_the_following_requests_and_a_rejected_piece_spares_the_rest() {
+    // The table admits 3 of the 10 items of the first request; later, the
+    // request holding k7 is rejected.
+    let script: Script = Box::new(|n, items| {
+        if n == 0 {
+            let admitted: Vec<String> = items.iter().take(3).map(id_of).collect();
+            return Ok(unprocessed(items, |id| !admitted.iter().any(|a| a == id)));
+        }
+        if items.iter().any(|i| id_of(i) == "k7") {
+            return Err(WriteError::Rejected("ValidationException: bad item".into()));
+        }
+        Ok(BatchOutcome::default())
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl.set_capacity(Some(200.0));
+    let slots = s.keys(10);
+    s.write(slots).await.unwrap();
+    let calls = s.sink.calls();
+    assert_eq!(calls[0].ids.len(), 10);
+    assert!(
+        calls[1..].iter().all(|c| c.ids.len() <= 3),
+        "requests of at most what was admitted: {calls:?}"
+    );
+    assert_eq!(
+        s.ctl.report().pacing_rate,
+        Some(196.0),
+        "a size signal: the rate is not cut"
+    );
+    let mut written: Vec<String> = calls[1..]
+        .iter()
+        .filter(|c| !c.ids.iter().any(|i| i == "k7"))
+        .flat_map(|c| c.ids.clone())
+        .chain(calls[0].ids.iter().take(3).cloned())
+        .collect();
+    written.sort();
+    written.dedup();
+    assert_eq!(written.len(), 9, "every other record written: {calls:?}");
+    let letters = s.topic.sent.lock().unwrap().clone();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].header("ingest.source.offset"), Some(&b"7"[..]));
+    assert_eq!(s.watermark(), Some(10));
+}
