@@ -68,6 +68,9 @@ struct Partition {
     committed: Option<i64>,
     /// Highest offset ever tracked in this epoch.
     last_tracked: Option<i64>,
+    /// Lowest offset delivered by the consumer but dropped unwritten
+    /// (`untrack_from`): the position is past it, the watermark must not be.
+    dropped_from: Option<i64>,
 }
 
 /// The watermarks of every assigned partition.
@@ -95,6 +98,7 @@ impl OffsetTracker {
             watermark: committed,
             committed,
             last_tracked: None,
+            dropped_from: None,
         };
         self.partitions
             .insert((topic.to_string(), partition), state);
@@ -152,6 +156,7 @@ impl OffsetTracker {
                 .back()
                 .map(|&(o, _)| o)
                 .or(p.watermark.map(|w| w - 1));
+            p.dropped_from = Some(p.dropped_from.map_or(offset, |d| d.min(offset)));
         }
     }
 
@@ -262,7 +267,8 @@ impl OffsetTracker {
         };
         let behind = p.watermark.is_none_or(|w| w < position);
         let delivered_all = p.last_tracked.is_none_or(|l| l < position);
-        if p.pending.is_empty() && !p.closing && behind && delivered_all {
+        let dropped_before = p.dropped_from.is_some_and(|d| d < position);
+        if p.pending.is_empty() && !p.closing && behind && delivered_all && !dropped_before {
             p.watermark = Some(position);
             return true;
         }
@@ -528,6 +534,17 @@ mod tests {
         t.abandon("t", 0, 3, e).unwrap();
         assert!(!t.advance_to_position("t", 0, 5));
         assert_eq!(t.watermark("t", 0), Some(3));
+    }
+
+    #[test]
+    fn the_position_never_carries_the_watermark_past_a_dropped_record() {
+        // A partition assigned during the shutdown drain: the record polled
+        // from it is dropped unwritten, and the consumer's position is past it.
+        let mut t = OffsetTracker::new();
+        t.assign("t", 0, Some(40));
+        t.untrack_from("t", 0, 40);
+        assert!(!t.advance_to_position("t", 0, 41));
+        assert_eq!(t.watermark("t", 0), Some(40), "offset 40 is read again");
     }
 
     #[test]
