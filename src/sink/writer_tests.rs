@@ -129,6 +129,17 @@ fn throttled() -> WriteError {
     WriteError::Throttled("ProvisionedThroughputExceededException".into())
 }
 
+/// Answers the first `k` calls with `error()`, then writes everything.
+fn failing_first(k: usize, error: fn() -> WriteError) -> Script {
+    Box::new(move |n, _| {
+        if n < k {
+            Err(error())
+        } else {
+            Ok(BatchOutcome::default())
+        }
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn unprocessed_items_are_retried_alone() {
     let script: Script = Box::new(|n, items| {
@@ -159,13 +170,7 @@ async fn unprocessed_items_are_retried_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn throttles_back_off_on_the_strategys_schedule() {
-    let script: Script = Box::new(|n, _| {
-        if n < 3 {
-            Err(throttled())
-        } else {
-            Ok(BatchOutcome::default())
-        }
-    });
+    let script = failing_first(3, throttled);
     let mut s = setup(script, exponential(100.0), None);
     let slots = s.keys(3);
     s.write(slots).await.unwrap();
@@ -181,13 +186,7 @@ async fn throttles_back_off_on_the_strategys_schedule() {
 
 #[tokio::test(start_paused = true)]
 async fn transient_errors_back_off_without_moving_the_strategy() {
-    let script: Script = Box::new(|n, _| {
-        if n < 2 {
-            Err(WriteError::Retryable("connection reset".into()))
-        } else {
-            Ok(BatchOutcome::default())
-        }
-    });
+    let script = failing_first(2, || WriteError::Retryable("connection reset".into()));
     let mut s = setup(script, exponential(100.0), None);
     let slots = s.keys(2);
     s.write(slots).await.unwrap();
@@ -284,13 +283,7 @@ async fn a_revoked_partition_gets_no_retry() {
 #[tokio::test(start_paused = true)]
 async fn a_started_batch_retries_during_the_drain_while_an_attempt_fits() {
     // Throttled twice, then accepted; the revocation's drain leaves 30 s.
-    let script: Script = Box::new(|n, _| {
-        if n < 2 {
-            Err(throttled())
-        } else {
-            Ok(BatchOutcome::default())
-        }
-    });
+    let script = failing_first(2, throttled);
     let mut s = setup(script, exponential(1_000.0), None);
     let slots = s.keys(3);
     let closer = s.after(Duration::from_millis(300), |acks| {
