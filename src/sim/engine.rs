@@ -20,7 +20,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
-use crate::throttle::control::REMAINING_WINDOW;
+use crate::throttle::control::{burst_for, REMAINING_WINDOW};
 use crate::throttle::pace::Pacer;
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
@@ -270,11 +270,9 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
                     share,
                 };
                 let d = cl.strategy.after_attempt(&fb);
-                let size = cl.strategy.max_request_units();
-                cl.pacer
-                    .set_burst(size.map_or(u32::MAX, |u| u.floor() as u32));
                 if let Some(r) = cl.strategy.rate() {
-                    cl.pacer.set_rate(Some(r));
+                    let size = cl.strategy.max_request_units();
+                    cl.pacer.steer(Some(r), burst_for(size));
                 }
                 out.attempts.push(Attempt {
                     client: id as u32,

@@ -168,7 +168,7 @@ impl Writer {
                 continue;
             }
             started = true;
-            let sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
+            let mut sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
             let items = send.iter().map(|s| s.item().clone()).collect();
             count(c, ctl, |c| &c.requests, 1);
             let sent = tokio::time::Instant::now();
@@ -188,7 +188,12 @@ impl Writer {
                         count(c, ctl, |c| &c.unprocessed_items, todo.len() as u64);
                     }
                     remaining = joined(todo, rest);
+                    // ConsumedCapacity also counts index writes: the request's
+                    // own cost is scaled alike, so sizing compares like with like.
                     let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
+                    if written > 0 {
+                        sent_units *= accepted / f64::from(written);
+                    }
                     (throttled, accepted)
                 }
                 Err(WriteError::Throttled(m)) => {

@@ -179,11 +179,9 @@ impl Control {
         drop(s);
         // A request size smaller than the burst also bounds the burst, so
         // requests sized to what the server admits at once do not leave
-        // back to back (set first: a burst change swaps the limiter).
-        self.pacer
-            .set_burst(size.map_or(u32::MAX, |u| u.floor() as u32));
+        // back to back (only rate strategies size their requests).
         if rate.is_some() {
-            self.pacer.set_rate(rate);
+            self.pacer.steer(rate, burst_for(size));
         }
         delay
     }
@@ -208,6 +206,11 @@ impl Control {
             metrics: s.metrics(),
         }
     }
+}
+
+/// The pacer burst for a request size limit (None: the configured one).
+pub fn burst_for(size: Option<f64>) -> u32 {
+    size.map_or(u32::MAX, |u| u.floor() as u32)
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ impl Clock for TokioClock {
 /// A swappable rate limiter in capacity units per second; `None` = unpaced.
 #[derive(Debug)]
 pub struct Pacer<C: Clock = TokioClock> {
-    /// Units released at once at most (`set_burst` lowers it, never above
+    /// Units released at once at most (`steer` lowers it, never above
     /// the configured one).
     burst: AtomicU32,
     max_burst: NonZeroU32,
@@ -138,23 +138,26 @@ impl<C: Clock + Clone> Pacer<C> {
         self.current.read().unwrap().as_ref().map(|c| c.rate)
     }
 
-    /// Releases at most `units` at once from now on (capped at the
-    /// configured burst, at least 1): requests the server admits only in
-    /// small pieces are then not released back to back.
-    pub fn set_burst(&self, units: u32) {
-        let b = units.clamp(1, self.max_burst.get());
-        if self.burst.swap(b, Relaxed) != b {
-            let rate = self.rate();
-            self.set_rate(rate);
-        }
+    /// Changes the rate and the most units released at once (capped at the
+    /// configured burst, at least 1: requests the server admits only in small
+    /// pieces are then not released back to back), swapping the limiter once.
+    pub fn steer(&self, rate: Option<f64>, burst: u32) {
+        let mut cur = self.current.write().unwrap();
+        self.burst
+            .store(burst.clamp(1, self.max_burst.get()), Relaxed);
+        self.swap(&mut cur, rate);
     }
 
     /// Changes the rate (swaps the limiter when it moved by more than 1%, or
     /// the burst changed).
     pub fn set_rate(&self, rate: Option<f64>) {
+        let mut cur = self.current.write().unwrap();
+        self.swap(&mut cur, rate);
+    }
+
+    fn swap(&self, cur: &mut Option<Current<C>>, rate: Option<f64>) {
         let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
         let burst = NonZeroU32::new(self.burst.load(Relaxed)).unwrap_or(self.max_burst);
-        let mut cur = self.current.write().unwrap();
         match (rate, cur.as_ref()) {
             (None, _) => *cur = None,
             (Some(r), Some(c)) if (r - c.rate).abs() <= c.rate * 0.01 && c.burst == burst => {}
@@ -246,6 +249,25 @@ mod tests {
             let e = t.elapsed();
             assert!(e >= Duration::from_millis(150), "{e:?}");
         });
+    }
+
+    #[test]
+    fn a_smaller_burst_releases_no_more_at_once_and_keeps_the_debt() {
+        use governor::clock::FakeRelativeClock;
+        let clock = FakeRelativeClock::default();
+        let p = Pacer::with_clock(Some(100.0), burst(25), clock.clone());
+        assert_eq!(p.check(25), Ok(25), "the first burst is free");
+        // Down to 5 at once: nothing before the old debt (25 units at
+        // 100/s) is paid, then chunks of 5.
+        p.steer(Some(100.0), 5);
+        let wait = p.check(5).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.25).abs() < 0.011, "{wait:?}");
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(p.check(25), Ok(5));
+        // Never above the configured burst.
+        p.steer(Some(100.0), 1_000);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(p.check(100), Ok(25));
     }
 
     #[test]
