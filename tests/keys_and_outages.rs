@@ -33,7 +33,10 @@ async fn kafka_key_mode_makes_redelivery_overwrite_not_duplicate() {
     let summary = summary.unwrap();
     // Once more each, unless a broker stall expired the session (then
     // what followed the last commit is written again, as at-least-once allows).
-    if summary["assignments_lost"] == 0 {
+    let lost = summary["assignments_lost"]
+        .as_u64()
+        .expect("assignments_lost");
+    if lost == 0 {
         assert_eq!(summary["items_written"], 1_000, "everything written twice");
     }
 
