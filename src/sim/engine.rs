@@ -264,6 +264,7 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
                     throttled,
                     accepted_units: a.accepted_units,
                     sent_units: units,
+                    written_units: a.accepted_units,
                     remaining: a.remaining.or(estimate),
                     level_units: a.remaining.map(|r| r * bucket_size),
                     capacity,

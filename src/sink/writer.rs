@@ -168,13 +168,13 @@ impl Writer {
                 continue;
             }
             started = true;
-            let mut sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
+            let sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
             let items = send.iter().map(|s| s.item().clone()).collect();
             count(c, ctl, |c| &c.requests, 1);
             let sent = tokio::time::Instant::now();
             let answer = self.sink.batch_write(table, items).await;
             ctl.observe_latency(sent.elapsed());
-            let (throttled, accepted) = match answer {
+            let (throttled, accepted, written) = match answer {
                 Ok(outcome) => {
                     let left = unprocessed_keys(&outcome.unprocessed, schema);
                     let (todo, done): (Vec<Slot>, Vec<Slot>) = send
@@ -188,19 +188,14 @@ impl Writer {
                         count(c, ctl, |c| &c.unprocessed_items, todo.len() as u64);
                     }
                     remaining = joined(todo, rest);
-                    // ConsumedCapacity also counts index writes: the request's
-                    // own cost is scaled alike, so sizing compares like with like.
                     let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
-                    if written > 0 {
-                        sent_units *= accepted / f64::from(written);
-                    }
-                    (throttled, accepted)
+                    (throttled, accepted, written)
                 }
                 Err(WriteError::Throttled(m)) => {
                     count(c, ctl, |c| &c.throttled_requests, 1);
                     debug!(table, error = %m, "throttled");
                     remaining = joined(send, rest);
-                    (true, 0.0)
+                    (true, 0.0, 0)
                 }
                 Err(WriteError::Retryable(m)) => {
                     count(c, ctl, |c| &c.retryable_errors, 1);
@@ -214,7 +209,7 @@ impl Writer {
                 Err(fatal @ WriteError::Fatal(_)) => return Err(fatal),
             };
             transient.before_call(ctl.now());
-            let delay = ctl.after_attempt(throttled, accepted, sent_units);
+            let delay = ctl.after_attempt(throttled, accepted, sent_units, f64::from(written));
             if remaining.is_empty() {
                 // Pacing after a success (delay strategies): holds the table's
                 // write slot, cut short when partitions close.

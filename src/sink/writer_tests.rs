@@ -436,3 +436,28 @@ async fn a_partial_answer_sizes_the_following_requests_and_a_rejected_piece_spar
     assert_eq!(letters[0].header("ingest.source.offset"), Some(&b"7"[..]));
     assert_eq!(s.watermark(), Some(10));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_table_with_indexes_sizes_requests_by_the_items_own_cost() {
+    // ConsumedCapacity counts index writes (4 WCU per 1 WCU item here): the
+    // first answer writes 3 of 10 items and reports 12 WCU consumed.
+    let script: Script = Box::new(|n, items| {
+        if n == 0 {
+            let admitted: Vec<String> = items.iter().take(3).map(id_of).collect();
+            let mut out = unprocessed(items, |id| !admitted.iter().any(|a| a == id));
+            out.consumed_wcu = Some(12.0);
+            return Ok(out);
+        }
+        Ok(BatchOutcome::default())
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl.set_capacity(Some(200.0));
+    let slots = s.keys(10);
+    s.write(slots).await.unwrap();
+    let calls = s.sink.calls();
+    assert!(
+        calls[1..].iter().all(|c| c.ids.len() <= 3),
+        "requests of at most the 3 items admitted: {calls:?}"
+    );
+    assert_eq!(s.watermark(), Some(10));
+}

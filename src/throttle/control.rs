@@ -148,9 +148,16 @@ impl Control {
         self.strategy.lock().unwrap().max_request_units()
     }
 
-    /// Reports an attempt that asked for `sent_units`; returns the delay
-    /// before the next one.
-    pub fn after_attempt(&self, throttled: bool, accepted_units: f64, sent_units: f64) -> Duration {
+    /// Reports an attempt: `accepted_units` consumed (ConsumedCapacity), of
+    /// `sent_units` asked for, `written_units` written (both by the items'
+    /// own cost); returns the delay before the next one.
+    pub fn after_attempt(
+        &self,
+        throttled: bool,
+        accepted_units: f64,
+        sent_units: f64,
+        written_units: f64,
+    ) -> Duration {
         let now = self.now();
         let capacity = *self.capacity.lock().unwrap();
         let share = *self.share.lock().unwrap();
@@ -164,6 +171,7 @@ impl Control {
             throttled,
             accepted_units,
             sent_units,
+            written_units,
             remaining,
             level_units: None,
             capacity,
@@ -226,7 +234,7 @@ mod tests {
     fn a_rate_strategy_steers_the_pacer() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(200.0));
-        c.after_attempt(false, 25.0, 25.0);
+        c.after_attempt(false, 25.0, 25.0, 25.0);
         assert_eq!(c.report().pacing_rate, Some(196.0));
         assert_eq!(c.report().capacity, Some(200.0));
     }
@@ -238,7 +246,7 @@ mod tests {
             .try_into()
             .unwrap();
         let c = Control::new(cfg.build(1), Some(50.0), burst());
-        let d = c.after_attempt(true, 0.0, 25.0);
+        let d = c.after_attempt(true, 0.0, 25.0, 0.0);
         assert_eq!(
             d,
             Duration::from_millis(500),

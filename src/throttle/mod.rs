@@ -41,8 +41,12 @@ pub struct Feedback {
     pub throttled: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
-    /// Capacity units the attempt asked for (its items' cost).
+    /// Capacity units the attempt asked for, by the items' own cost (no
+    /// index writes): what request sizes are measured in.
     pub sent_units: f64,
+    /// Of those, the units of the items written (same measure; whereas
+    /// `accepted_units` is ConsumedCapacity, which counts index writes).
+    pub written_units: f64,
     /// Fraction (0..=1) of the server's capacity left, when known.
     pub remaining: Option<f64>,
     /// Units left in the server's bucket, when the server reports it (Heroku's

@@ -241,6 +241,7 @@ mod tests {
         throttled: true,
         accepted_units: 0.0,
         sent_units: 0.0,
+        written_units: 0.0,
         remaining: None,
         level_units: None,
         capacity: None,

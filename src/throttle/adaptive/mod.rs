@@ -226,7 +226,7 @@ impl Strategy for Adaptive {
         let size_signal = self.cfg.shrink_requests
             && self
                 .size
-                .observe(fb.now, fb.sent_units, fb.accepted_units, fb.throttled, slow);
+                .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
         let dt = self
             .last_update
             .map_or(0.0, |t| fb.now.saturating_sub(t).as_secs_f64())
@@ -311,6 +311,7 @@ mod tests {
             accepted_units: units,
             // As much as was accepted: no size learned (see the size tests).
             sent_units: units,
+            written_units: units,
             remaining: None,
             level_units: None,
             capacity,
@@ -433,6 +434,7 @@ mod tests {
         let mut a = Adaptive::new(AdaptiveConfig::default());
         let partial = |ms, sent: f64| Feedback {
             sent_units: sent,
+            written_units: 10.0_f64.min(sent),
             ..at(ms, true, 10.0_f64.min(sent), Some(200.0))
         };
         a.after_attempt(&at(0, false, 10.0, Some(200.0)));
