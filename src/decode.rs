@@ -24,7 +24,7 @@ pub type Item = HashMap<String, AttributeValue>;
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 
 /// The scalar type of a key attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 pub enum KeyType {
     S,
     N,
@@ -56,7 +56,8 @@ impl std::fmt::Display for KeySchema {
 }
 
 /// Where an item's key comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum KeyMode {
     /// The record's JSON must carry the key attributes.
     Record,
