@@ -19,7 +19,9 @@
 //!   (some unprocessed) requests, accepted items and WCU, unprocessed items, and
 //!   the capacity offered between the first write and the last accepted one.
 
+mod admin;
 pub mod bucket;
+mod table;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -41,6 +43,8 @@ use tracing::{info, warn};
 
 use crate::sink::dynamodb::Dynamo;
 use bucket::Bucket;
+pub use table::TableStats;
+use table::{count_for, set_rate, TableState};
 
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -63,71 +67,6 @@ pub enum ProxyError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-}
-
-/// Per-table counters, as served on `/_proxy/stats`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct TableStats {
-    pub requests: u64,
-    pub throttled_requests: u64,
-    pub partial_requests: u64,
-    pub accepted_items: u64,
-    pub accepted_wcu: f64,
-    /// Items returned in UnprocessedItems of 200 answers.
-    pub unprocessed_items: u64,
-    /// Items of requests answered 400 (throttled whole).
-    pub throttled_items: u64,
-    /// Capacity in force (from the bucket, filled in when served).
-    pub wcu: Option<f64>,
-    pub offered_wcu: f64,
-    pub first_write_s: Option<f64>,
-    pub last_accept_s: Option<f64>,
-    /// Per second since the first write: [second, accepted WCU, throttled
-    /// requests (400 or partial), capacity in force].
-    pub timeline: Vec<[f64; 4]>,
-}
-
-#[derive(Debug)]
-struct TableState {
-    bucket: Option<Bucket>,
-    stats: TableStats,
-    first_write: Option<Duration>,
-    last_accept: Option<Duration>,
-    /// Rate changes: (time, WCU/s), for the offered capacity.
-    rates: Vec<(Duration, f64)>,
-    initial_tokens: f64,
-    next_step: usize,
-}
-
-impl TableState {
-    /// The timeline slot for `now` (seconds since the first write).
-    fn second(&mut self, now: Duration) -> &mut [f64; 4] {
-        let start = self.first_write.unwrap_or(now);
-        let i = now.saturating_sub(start).as_secs() as usize;
-        let wcu = self.bucket.as_ref().map_or(0.0, Bucket::rate);
-        while self.stats.timeline.len() <= i {
-            let sec = self.stats.timeline.len() as f64;
-            self.stats.timeline.push([sec, 0.0, 0.0, wcu]);
-        }
-        let slot = &mut self.stats.timeline[i];
-        slot[3] = wcu;
-        slot
-    }
-
-    fn offered(&self) -> f64 {
-        let (Some(start), Some(end)) = (self.first_write, self.last_accept) else {
-            return 0.0;
-        };
-        let mut total = self.initial_tokens;
-        for (i, &(t, rate)) in self.rates.iter().enumerate() {
-            let next = self.rates.get(i + 1).map_or(end, |&(n, _)| n);
-            let (a, b) = (t.max(start), next.min(end));
-            if b > a {
-                total += rate * (b - a).as_secs_f64();
-            }
-        }
-        total
-    }
 }
 
 struct Proxy {
@@ -321,32 +260,10 @@ impl Proxy {
             self.ensure_table(t).await;
         }
         let now = self.now();
-        let mut pushes = Vec::new();
-        let split = {
-            let mut map = self.tables.lock().unwrap();
-            for t in &tables {
-                let st = map.get_mut(t).expect("ensured");
-                if st.first_write.is_none() {
-                    st.first_write = Some(now);
-                    st.initial_tokens = st.bucket.as_mut().map_or(0.0, |b| b.available(now));
-                }
-                st.stats.requests += 1;
-                pushes.extend(self.step_schedule(st, t, now));
-            }
-            wire::split_batch(&json, |table, cost| {
-                map.get_mut(table)
-                    .is_none_or(|st| st.bucket.as_mut().is_none_or(|b| b.try_take(cost, now)))
-            })
-        };
+        let (split, pushes) = self.admit(&json, &tables, now);
         for (t, w) in pushes {
             self.update_upstream(&t, w).await;
         }
-        let withheld: usize = split
-            .withheld
-            .values()
-            .filter_map(Value::as_array)
-            .map(Vec::len)
-            .sum();
         if split.accepted_items == 0 {
             let mut map = self.tables.lock().unwrap();
             for t in &tables {
@@ -360,39 +277,72 @@ impl Proxy {
         let forward = Value::Object(split.forward.clone()).to_string();
         let resp = self.forward(&parts, Bytes::from(forward)).await;
         let ok = resp.status().is_success();
-        {
-            let mut map = self.tables.lock().unwrap();
-            for (t, cost) in &split.taken {
-                let st = map.get_mut(t).expect("ensured");
-                if ok {
-                    st.stats.accepted_wcu += cost;
-                    st.last_accept = Some(self.now());
-                    st.second(now)[1] += cost;
-                } else if let Some(b) = st.bucket.as_mut() {
-                    b.refund(*cost);
-                }
-            }
-            if ok {
-                for t in &tables {
-                    let st = map.get_mut(t).expect("ensured");
-                    let fwd = split.forward["RequestItems"]
-                        .get(t)
-                        .and_then(Value::as_array)
-                        .map_or(0, Vec::len);
-                    st.stats.accepted_items += fwd as u64;
-                    let held = count_for(&split.withheld, t);
-                    st.stats.unprocessed_items += held;
-                    if held > 0 {
-                        st.stats.partial_requests += 1;
-                        st.second(now)[2] += 1.0;
-                    }
-                }
-            }
-        }
-        if !ok || withheld == 0 {
+        self.settle(&split, &tables, ok, now);
+        let withheld = split.withheld.values().filter_map(Value::as_array);
+        if !ok || withheld.map(Vec::len).sum::<usize>() == 0 {
             return resp;
         }
         merge_into_response(resp, &split.withheld).await
+    }
+
+    /// Counts the request, applies due capacity steps and takes from each
+    /// table's bucket what fits; returns the split and the steps to push
+    /// upstream.
+    fn admit(
+        &self,
+        json: &Value,
+        tables: &[String],
+        now: Duration,
+    ) -> (wire::Split, Vec<(String, f64)>) {
+        let mut pushes = Vec::new();
+        let mut map = self.tables.lock().unwrap();
+        for t in tables {
+            let st = map.get_mut(t).expect("ensured");
+            if st.first_write.is_none() {
+                st.first_write = Some(now);
+                st.initial_tokens = st.bucket.as_mut().map_or(0.0, |b| b.available(now));
+            }
+            st.stats.requests += 1;
+            pushes.extend(self.step_schedule(st, t, now));
+        }
+        let split = wire::split_batch(json, |table, cost| {
+            map.get_mut(table)
+                .is_none_or(|st| st.bucket.as_mut().is_none_or(|b| b.try_take(cost, now)))
+        });
+        (split, pushes)
+    }
+
+    /// After upstream answered a forwarded batch: counts what was written, or
+    /// gives the capacity back when it failed.
+    fn settle(&self, split: &wire::Split, tables: &[String], ok: bool, now: Duration) {
+        let mut map = self.tables.lock().unwrap();
+        for (t, cost) in &split.taken {
+            let st = map.get_mut(t).expect("ensured");
+            if ok {
+                st.stats.accepted_wcu += cost;
+                st.last_accept = Some(self.now());
+                st.second(now)[1] += cost;
+            } else if let Some(b) = st.bucket.as_mut() {
+                b.refund(*cost);
+            }
+        }
+        if !ok {
+            return;
+        }
+        for t in tables {
+            let st = map.get_mut(t).expect("ensured");
+            let fwd = split.forward["RequestItems"]
+                .get(t)
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            st.stats.accepted_items += fwd as u64;
+            let held = count_for(&split.withheld, t);
+            st.stats.unprocessed_items += held;
+            if held > 0 {
+                st.stats.partial_requests += 1;
+                st.second(now)[2] += 1.0;
+            }
+        }
     }
 
     async fn put_item(&self, parts: hyper::http::request::Parts, body: Bytes) -> Resp {
@@ -474,124 +424,6 @@ impl Proxy {
             ),
         }
     }
-
-    async fn admin(&self, path: &str, query: &str) -> Resp {
-        let q: HashMap<&str, &str> = query
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .collect();
-        match path {
-            "/_proxy/stats" => {
-                let map = self.tables.lock().unwrap();
-                let tables: serde_json::Map<String, Value> = map
-                    .iter()
-                    .map(|(t, st)| {
-                        let mut s = st.stats.clone();
-                        s.wcu = st.bucket.as_ref().map(Bucket::rate);
-                        s.offered_wcu = st.offered();
-                        s.first_write_s = st.first_write.map(|d| d.as_secs_f64());
-                        s.last_accept_s = st.last_accept.map(|d| d.as_secs_f64());
-                        (t.clone(), serde_json::to_value(s).expect("serializable"))
-                    })
-                    .collect();
-                respond(StatusCode::OK, json!({ "tables": tables }).to_string())
-            }
-            "/_proxy/capacity" => {
-                let (Some(table), Some(wcu)) = (
-                    q.get("table"),
-                    q.get("wcu").and_then(|w| w.parse::<f64>().ok()),
-                ) else {
-                    return respond(
-                        StatusCode::BAD_REQUEST,
-                        "usage: POST /_proxy/capacity?table=T&wcu=N".into(),
-                    );
-                };
-                self.ensure_table(table).await;
-                let now = self.now();
-                if let Some(st) = self.tables.lock().unwrap().get_mut(*table) {
-                    set_rate(st, wcu, now);
-                }
-                info!(table, wcu, "capacity changed (admin)");
-                self.update_upstream(table, wcu).await;
-                respond(
-                    StatusCode::OK,
-                    json!({ "table": table, "wcu": wcu }).to_string(),
-                )
-            }
-            "/_proxy/outage" => {
-                let Some(secs) = q.get("seconds").and_then(|w| w.parse::<f64>().ok()) else {
-                    return respond(
-                        StatusCode::BAD_REQUEST,
-                        "usage: POST /_proxy/outage?seconds=N".into(),
-                    );
-                };
-                let until = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
-                *self.down_until.lock().unwrap() = Some(until);
-                warn!(seconds = secs, "outage (admin): every call answers 503");
-                respond(StatusCode::OK, json!({ "outage_s": secs }).to_string())
-            }
-            _ => respond(StatusCode::NOT_FOUND, "unknown admin path".into()),
-        }
-    }
-
-    /// After an UpdateTable went through: enforce the table's new capacity.
-    async fn follow_upstream(&self, table: &str) {
-        if let Ok(crate::sink::TableInfo {
-            capacity: Some(wcu),
-            ..
-        }) = self.dynamo.describe(table).await
-        {
-            let now = self.now();
-            if let Some(st) = self.tables.lock().unwrap().get_mut(table) {
-                set_rate(st, wcu, now);
-            }
-        }
-    }
-
-    /// UpdateTable upstream so DescribeTable reports the new capacity.
-    async fn update_upstream(&self, table: &str, wcu: f64) {
-        use aws_sdk_dynamodb::types::ProvisionedThroughput;
-        let client = self.dynamo.client();
-        let rcu = match client.describe_table().table_name(table).send().await {
-            Ok(out) => out
-                .table()
-                .and_then(|t| t.provisioned_throughput())
-                .and_then(|p| p.read_capacity_units())
-                .unwrap_or(1),
-            Err(_) => 1,
-        };
-        let Ok(pt) = ProvisionedThroughput::builder()
-            .read_capacity_units(rcu.max(1))
-            .write_capacity_units(wcu.round().max(1.0) as i64)
-            .build()
-        else {
-            return;
-        };
-        if let Err(e) = client
-            .update_table()
-            .table_name(table)
-            .provisioned_throughput(pt)
-            .send()
-            .await
-        {
-            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "UpdateTable upstream failed");
-        }
-    }
-}
-
-fn set_rate(st: &mut TableState, wcu: f64, now: Duration) {
-    match st.bucket.as_mut() {
-        Some(b) => b.set_rate(wcu, now),
-        None => st.bucket = Some(Bucket::new(wcu, 1.0, 0.0, now)),
-    }
-    st.rates.push((now, wcu));
-}
-
-fn count_for(withheld: &serde_json::Map<String, Value>, table: &str) -> u64 {
-    withheld
-        .get(table)
-        .and_then(Value::as_array)
-        .map_or(0, |a| a.len() as u64)
 }
 
 fn table_name(body: &[u8]) -> Option<String> {

@@ -1,0 +1,169 @@
+//! The subcommands' bodies: the worker run and its summary, the simulator,
+//! and the tools (produce, show-table).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use tokio_util::sync::CancellationToken;
+
+use ingest::config::{DynamoSettings, SdkRetryMode, Settings};
+use ingest::sink::dynamodb::Dynamo;
+use ingest::source::SourceExit;
+use ingest::{telemetry, tools, worker};
+
+use super::{EXIT_CONFIG, EXIT_DRAIN_TIMEOUT, EXIT_FATAL};
+
+/// `ingest produce`: sample records or the lines of a file.
+pub async fn produce(
+    brokers: &str,
+    topic: &str,
+    sample: Option<u64>,
+    start: u64,
+    file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let n = match (sample, file) {
+        (Some(n), None) => {
+            let values = (start..start + n).map(|i| (None, tools::sample_record(i)));
+            tools::produce(brokers, topic, values).await?
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let values = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| (None, l.to_string()));
+            tools::produce(brokers, topic, values).await?
+        }
+        _ => bail!("give either --sample N or --file PATH"),
+    };
+    println!("produced {n} records to {topic}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingest show-table`: the item count and the first items.
+pub async fn show_table(
+    table: String,
+    limit: usize,
+    endpoint_url: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let settings = DynamoSettings {
+        endpoint_url,
+        region: None,
+        request_timeout: std::time::Duration::from_secs(10),
+        max_in_flight_batches: 1,
+        start_patience: std::time::Duration::ZERO,
+    };
+    let dynamo = Dynamo::connect(&settings, SdkRetryMode::Off).await;
+    let (count, items) = tools::show_table(&dynamo, &table, limit).await?;
+    println!("table {table}: {count} items");
+    for item in items {
+        println!("  {item}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingest sim`; exit 2 for a bad scenario, 1 when an output cannot be written.
+pub fn sim(
+    scenario: PathBuf,
+    json: Option<PathBuf>,
+    chart: Option<PathBuf>,
+    trace: Option<PathBuf>,
+    clients: Option<usize>,
+    seed: Option<u64>,
+) -> ExitCode {
+    let mut sc = match ingest::sim::load(&scenario) {
+        Ok(sc) => sc,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Some(n) = clients {
+        sc.clients.count = n;
+    }
+    if let Some(s) = seed {
+        sc.seed = s;
+    }
+    let started = std::time::Instant::now();
+    let results = match ingest::sim::run(&sc) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    print!("{}", ingest::sim::report::table(&sc.name, &results.scores));
+    println!(
+        "({} clients, {} simulated s, {:.2} s of real time)",
+        sc.clients.count,
+        sc.duration_s,
+        started.elapsed().as_secs_f64()
+    );
+    let written = [
+        json.as_ref().map(|p| (p, results.write_json(p))),
+        chart
+            .as_ref()
+            .map(|p| (p, results.write_chart(p, sc.duration_s))),
+        trace.as_ref().map(|p| (p, results.write_trace(p))),
+    ];
+    for (path, result) in written.into_iter().flatten() {
+        if let Err(e) = result {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_FATAL);
+        }
+        println!("wrote {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// `ingest run`: the worker, then its summary on stdout.
+pub async fn run(
+    config: PathBuf,
+    until_caught_up: bool,
+    shutdown: CancellationToken,
+) -> anyhow::Result<ExitCode> {
+    let settings = match Settings::load(&config, std::env::vars()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    telemetry::init_logs(&settings.log);
+    let started = Instant::now();
+    match worker::run(settings, until_caught_up, shutdown).await {
+        Ok(outcome) => {
+            let elapsed = started.elapsed().as_secs_f64();
+            let label = match outcome.exit {
+                SourceExit::Stopped => "stopped",
+                SourceExit::CaughtUp => "caught_up",
+                SourceExit::DrainTimedOut => "drain_timed_out",
+            };
+            let totals = outcome.totals;
+            let mut summary = serde_json::to_value(totals)?;
+            summary["exit"] = label.into();
+            summary["dead_lettered_by_reason"] = serde_json::to_value(&outcome.dead_letters)?;
+            summary["tables"] = serde_json::to_value(&outcome.tables)?;
+            summary["elapsed_s"] = serde_json::json!((elapsed * 1000.0).round() / 1000.0);
+            summary["records_per_s"] =
+                serde_json::json!((totals.records_consumed as f64 / elapsed.max(1e-3)).round());
+            summary["peak_rss_mb"] =
+                serde_json::json!(telemetry::peak_rss_bytes()
+                    .map(|b| (b as f64 / 1_048_576.0 * 10.0).round() / 10.0));
+            tracing::info!(summary = %summary, "finished");
+            println!("{summary}");
+            Ok(match outcome.exit {
+                SourceExit::DrainTimedOut => ExitCode::from(EXIT_DRAIN_TIMEOUT),
+                _ => ExitCode::SUCCESS,
+            })
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "worker failed");
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(EXIT_FATAL))
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The proxy's admin paths (`/_proxy/stats`, `/_proxy/capacity`,
+//! `/_proxy/outage`) and capacity changes pushed to and read from upstream.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use super::bucket::Bucket;
+use super::table::set_rate;
+use super::{respond, Proxy, Resp};
+
+impl Proxy {
+    pub(super) async fn admin(&self, path: &str, query: &str) -> Resp {
+        let q: HashMap<&str, &str> = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        match path {
+            "/_proxy/stats" => {
+                let map = self.tables.lock().unwrap();
+                let tables: serde_json::Map<String, Value> = map
+                    .iter()
+                    .map(|(t, st)| {
+                        let mut s = st.stats.clone();
+                        s.wcu = st.bucket.as_ref().map(Bucket::rate);
+                        s.offered_wcu = st.offered();
+                        s.first_write_s = st.first_write.map(|d| d.as_secs_f64());
+                        s.last_accept_s = st.last_accept.map(|d| d.as_secs_f64());
+                        (t.clone(), serde_json::to_value(s).expect("serializable"))
+                    })
+                    .collect();
+                respond(StatusCode::OK, json!({ "tables": tables }).to_string())
+            }
+            "/_proxy/capacity" => {
+                let (Some(table), Some(wcu)) = (
+                    q.get("table"),
+                    q.get("wcu").and_then(|w| w.parse::<f64>().ok()),
+                ) else {
+                    return respond(
+                        StatusCode::BAD_REQUEST,
+                        "usage: POST /_proxy/capacity?table=T&wcu=N".into(),
+                    );
+                };
+                self.ensure_table(table).await;
+                let now = self.now();
+                if let Some(st) = self.tables.lock().unwrap().get_mut(*table) {
+                    set_rate(st, wcu, now);
+                }
+                info!(table, wcu, "capacity changed (admin)");
+                self.update_upstream(table, wcu).await;
+                respond(
+                    StatusCode::OK,
+                    json!({ "table": table, "wcu": wcu }).to_string(),
+                )
+            }
+            "/_proxy/outage" => {
+                let Some(secs) = q.get("seconds").and_then(|w| w.parse::<f64>().ok()) else {
+                    return respond(
+                        StatusCode::BAD_REQUEST,
+                        "usage: POST /_proxy/outage?seconds=N".into(),
+                    );
+                };
+                let until = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+                *self.down_until.lock().unwrap() = Some(until);
+                warn!(seconds = secs, "outage (admin): every call answers 503");
+                respond(StatusCode::OK, json!({ "outage_s": secs }).to_string())
+            }
+            _ => respond(StatusCode::NOT_FOUND, "unknown admin path".into()),
+        }
+    }
+
+    /// After an UpdateTable went through: enforce the table's new capacity.
+    pub(super) async fn follow_upstream(&self, table: &str) {
+        if let Ok(crate::sink::TableInfo {
+            capacity: Some(wcu),
+            ..
+        }) = self.dynamo.describe(table).await
+        {
+            let now = self.now();
+            if let Some(st) = self.tables.lock().unwrap().get_mut(table) {
+                set_rate(st, wcu, now);
+            }
+        }
+    }
+
+    /// UpdateTable upstream so DescribeTable reports the new capacity.
+    pub(super) async fn update_upstream(&self, table: &str, wcu: f64) {
+        use aws_sdk_dynamodb::types::ProvisionedThroughput;
+        let client = self.dynamo.client();
+        let rcu = match client.describe_table().table_name(table).send().await {
+            Ok(out) => out
+                .table()
+                .and_then(|t| t.provisioned_throughput())
+                .and_then(|p| p.read_capacity_units())
+                .unwrap_or(1),
+            Err(_) => 1,
+        };
+        let Ok(pt) = ProvisionedThroughput::builder()
+            .read_capacity_units(rcu.max(1))
+            .write_capacity_units(wcu.round().max(1.0) as i64)
+            .build()
+        else {
+            return;
+        };
+        if let Err(e) = client
+            .update_table()
+            .table_name(table)
+            .provisioned_throughput(pt)
+            .send()
+            .await
+        {
+            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "UpdateTable upstream failed");
+        }
+    }
+}

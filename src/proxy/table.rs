@@ -1,0 +1,88 @@
+//! One table's state in the proxy: its bucket, its counters and timeline,
+//! and the capacity it offered.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::bucket::Bucket;
+
+/// Per-table counters, as served on `/_proxy/stats`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TableStats {
+    pub requests: u64,
+    pub throttled_requests: u64,
+    pub partial_requests: u64,
+    pub accepted_items: u64,
+    pub accepted_wcu: f64,
+    /// Items returned in UnprocessedItems of 200 answers.
+    pub unprocessed_items: u64,
+    /// Items of requests answered 400 (throttled whole).
+    pub throttled_items: u64,
+    /// Capacity in force (from the bucket, filled in when served).
+    pub wcu: Option<f64>,
+    pub offered_wcu: f64,
+    pub first_write_s: Option<f64>,
+    pub last_accept_s: Option<f64>,
+    /// Per second since the first write: [second, accepted WCU, throttled
+    /// requests (400 or partial), capacity in force].
+    pub timeline: Vec<[f64; 4]>,
+}
+
+#[derive(Debug)]
+pub(super) struct TableState {
+    pub(super) bucket: Option<Bucket>,
+    pub(super) stats: TableStats,
+    pub(super) first_write: Option<Duration>,
+    pub(super) last_accept: Option<Duration>,
+    /// Rate changes: (time, WCU/s), for the offered capacity.
+    pub(super) rates: Vec<(Duration, f64)>,
+    pub(super) initial_tokens: f64,
+    pub(super) next_step: usize,
+}
+
+impl TableState {
+    /// The timeline slot for `now` (seconds since the first write).
+    pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 4] {
+        let start = self.first_write.unwrap_or(now);
+        let i = now.saturating_sub(start).as_secs() as usize;
+        let wcu = self.bucket.as_ref().map_or(0.0, Bucket::rate);
+        while self.stats.timeline.len() <= i {
+            let sec = self.stats.timeline.len() as f64;
+            self.stats.timeline.push([sec, 0.0, 0.0, wcu]);
+        }
+        let slot = &mut self.stats.timeline[i];
+        slot[3] = wcu;
+        slot
+    }
+
+    pub(super) fn offered(&self) -> f64 {
+        let (Some(start), Some(end)) = (self.first_write, self.last_accept) else {
+            return 0.0;
+        };
+        let mut total = self.initial_tokens;
+        for (i, &(t, rate)) in self.rates.iter().enumerate() {
+            let next = self.rates.get(i + 1).map_or(end, |&(n, _)| n);
+            let (a, b) = (t.max(start), next.min(end));
+            if b > a {
+                total += rate * (b - a).as_secs_f64();
+            }
+        }
+        total
+    }
+}
+
+pub(super) fn set_rate(st: &mut TableState, wcu: f64, now: Duration) {
+    match st.bucket.as_mut() {
+        Some(b) => b.set_rate(wcu, now),
+        None => st.bucket = Some(Bucket::new(wcu, 1.0, 0.0, now)),
+    }
+    st.rates.push((now, wcu));
+}
+
+pub(super) fn count_for(withheld: &serde_json::Map<String, Value>, table: &str) -> u64 {
+    withheld
+        .get(table)
+        .and_then(Value::as_array)
+        .map_or(0, |a| a.len() as u64)
+}

@@ -1,0 +1,228 @@
+//! Unit tests of the adaptive strategy: rate control, size learning, cushion.
+
+use super::*;
+
+pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) -> Feedback {
+    Feedback {
+        now: Duration::from_millis(ms),
+        throttled,
+        accepted_units: units,
+        // As much as was accepted: no size learned (see the size tests).
+        sent_units: units,
+        written_units: units,
+        remaining: None,
+        level_units: None,
+        capacity,
+        share: None,
+    }
+}
+
+#[test]
+fn starts_just_under_a_known_capacity_and_never_paces_above_it() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&at(0, false, 25.0, Some(200.0)));
+    assert_eq!(a.rate(), Some(196.0));
+    for i in 1..200 {
+        a.after_attempt(&at(i * 125, false, 25.0, Some(200.0)));
+        assert!(a.rate().unwrap() <= 196.0);
+    }
+}
+
+#[test]
+fn one_decrease_per_cooldown_converging_to_the_accepted_rate() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    // 100 units/s accepted for 2 s...
+    for i in 0..20 {
+        a.after_attempt(&at(i * 100, false, 10.0, None));
+    }
+    // ...then the server accepts only 60 units/s, throttling every other
+    // answer, for 4 s: one decrease per 1 s cooldown, toward 0.9 x 60.
+    for i in 20..60 {
+        a.after_attempt(&at(i * 100, i % 2 == 0, 6.0, None));
+    }
+    let r = a.rate().unwrap();
+    assert!(a.metrics().went_down <= 4, "{:?}", a.metrics());
+    assert!((45.0..=65.0).contains(&r), "{r}");
+}
+
+#[test]
+fn recovers_to_the_last_event_rate_after_probe_s() {
+    let cfg = AdaptiveConfig {
+        probe_s: 10.0,
+        ..AdaptiveConfig::default()
+    };
+    let mut a = Adaptive::new(cfg);
+    for i in 0..10 {
+        a.after_attempt(&at(i * 100, false, 10.0, None));
+    }
+    a.after_attempt(&at(1000, true, 0.0, None));
+    let w = a.w_max.unwrap();
+    let after_drop = a.rate().unwrap();
+    assert!((after_drop - 0.9 * w).abs() < 1e-9);
+    // Keep the client busy at its rate for 10 s.
+    let mut t = 1000;
+    while t < 11_000 {
+        t += 100;
+        let r = a.rate().unwrap();
+        a.after_attempt(&at(t, false, r / 10.0, None));
+    }
+    let r = a.rate().unwrap();
+    assert!((r - w).abs() / w < 0.01, "back at w_max: {r} vs {w}");
+}
+
+#[test]
+fn follows_a_capacity_step_at_once() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&at(0, false, 25.0, Some(200.0)));
+    a.after_attempt(&at(100, false, 25.0, Some(100.0)));
+    assert!((a.rate().unwrap() - 98.0).abs() < 1e-9);
+    a.after_attempt(&at(200, false, 25.0, Some(300.0)));
+    assert!((a.rate().unwrap() - 294.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_capacity_cut_already_met_as_throttles_is_not_applied_twice() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    // At 196 of 200 for 3 s...
+    for ms in (0..3000).step_by(100) {
+        a.after_attempt(&at(ms, false, 19.6, Some(200.0)));
+    }
+    // ...then the table drops to 100 before the capacity poll says so:
+    // throttles, with 100 units/s accepted.
+    for ms in (3000..=5000).step_by(100) {
+        a.after_attempt(&at(ms, true, 10.0, Some(200.0)));
+    }
+    let cut = a.rate().unwrap();
+    assert!(
+        (85.0..=95.0).contains(&cut),
+        "cut to 0.9 x accepted, got {cut}"
+    );
+    // The poll reports 100: capped at 98, not halved again to 45.
+    a.after_attempt(&at(5100, false, 10.0, Some(100.0)));
+    assert!((a.rate().unwrap() - cut).abs() < 1.0, "{:?}", a.rate());
+    // And back at the new share within fast_recovery_s.
+    for ms in (5200..=11_000).step_by(100) {
+        a.after_attempt(&at(ms, false, 9.0, Some(100.0)));
+    }
+    assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
+}
+
+#[test]
+fn starts_at_its_share_and_follows_workers_joining_and_leaving() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let fb = |ms, share| Feedback {
+        share: Some(share),
+        ..at(ms, false, 10.0, Some(300.0))
+    };
+    a.after_attempt(&fb(0, 1.0 / 3.0));
+    assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
+    a.after_attempt(&fb(100, 0.5));
+    assert!((a.rate().unwrap() - 147.0).abs() < 1e-9, "{:?}", a.rate());
+    a.after_attempt(&fb(200, 0.0));
+    assert!(
+        (a.rate().unwrap() - 147.0).abs() < 1e-9,
+        "no partitions: unchanged"
+    );
+}
+
+#[test]
+fn a_server_admitting_less_than_a_request_shrinks_requests_not_the_rate() {
+    // 200 WCU/s, a bucket of 10: every 50-unit request comes back with
+    // 10 written, whatever the rate.
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let partial = |ms, sent: f64| Feedback {
+        sent_units: sent,
+        written_units: 10.0_f64.min(sent),
+        ..at(ms, true, 10.0_f64.min(sent), Some(200.0))
+    };
+    a.after_attempt(&at(0, false, 10.0, Some(200.0)));
+    a.after_attempt(&partial(50, 50.0));
+    assert_eq!(a.max_request_units(), Some(10.0));
+    assert_eq!(a.rate(), Some(196.0), "a size signal, not a rate signal");
+    // Requests of the admitted size go through; the rate stays.
+    for ms in (100..20_000).step_by(50) {
+        a.after_attempt(&Feedback {
+            sent_units: 10.0,
+            ..at(ms, false, 10.0, Some(200.0))
+        });
+    }
+    assert_eq!(a.rate(), Some(196.0));
+    // Without shrinking, the same answers cut the rate once per cooldown,
+    // toward nothing (the collapse this replaces).
+    let cfg = AdaptiveConfig {
+        shrink_requests: false,
+        ..AdaptiveConfig::default()
+    };
+    let mut old = Adaptive::new(cfg);
+    old.after_attempt(&at(0, false, 10.0, Some(200.0)));
+    let mut ms = 50;
+    while ms < 60_000 {
+        let r = old.rate().unwrap();
+        // It sends at its rate; each 50-unit request gets 10 written.
+        old.after_attempt(&Feedback {
+            sent_units: 50.0,
+            ..at(ms, true, 10.0, Some(200.0))
+        });
+        ms += (50.0 / r * 1000.0) as u64;
+    }
+    assert!(old.rate().unwrap() < 50.0, "{:?}", old.rate());
+    assert_eq!(old.max_request_units(), None);
+}
+
+#[test]
+fn does_not_grow_while_idle() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    for i in 0..100 {
+        a.after_attempt(&at(i * 1000, false, 1.0, None));
+    }
+    assert_eq!(a.rate(), Some(100.0));
+}
+
+#[test]
+fn stays_within_bounds_and_returns_no_delay() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    for i in 0..1000u64 {
+        let d = a.after_attempt(&at(i * 37, i % 7 == 0, (i % 30) as f64, None));
+        assert_eq!(d, Duration::ZERO);
+        let r = a.rate().unwrap();
+        assert!((0.01..=1_000_000.0).contains(&r), "{r}");
+    }
+}
+
+#[test]
+fn the_first_call_is_spread_over_one_period_at_the_starting_rate() {
+    let splay = |seed: u64, capacity: Option<f64>, share: Option<f64>| {
+        let mut a = Adaptive::with_seed(AdaptiveConfig::default(), seed);
+        a.hint(capacity, share);
+        let first = a.before_call(Duration::ZERO);
+        assert_eq!(a.before_call(Duration::ZERO), Duration::ZERO, "once");
+        first.as_secs_f64()
+    };
+    // Share unknown (Heroku): one period at cushion_start x capacity,
+    // 1 / (0.06 x 1.25) = 13.3 s; uniform, so the draws fill it.
+    let draws: Vec<f64> = (0..500).map(|seed| splay(seed, Some(1.25), None)).collect();
+    let period = 1.0 / (0.06 * 1.25);
+    assert!(draws.iter().all(|d| (0.0..period).contains(d)), "{draws:?}");
+    let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+    assert!((mean - period / 2.0).abs() < period * 0.05, "{mean}");
+    assert!(draws.iter().any(|d| *d > 0.9 * period));
+    // A worker with a third of a 200 WCU/s table: milliseconds.
+    let worker = splay(1, Some(200.0), Some(1.0 / 3.0));
+    assert!(worker < 1.0 / (200.0 / 3.0 * 0.98), "{worker}");
+    // Nothing known, or switched off, or primed with history: no wait.
+    assert_eq!(splay(1, None, None), 0.0);
+    let cfg = AdaptiveConfig {
+        start_splay: 0.0,
+        ..Default::default()
+    };
+    let mut off = Adaptive::with_seed(cfg, 1);
+    off.hint(Some(1.25), None);
+    assert_eq!(off.before_call(Duration::ZERO), Duration::ZERO);
+    let mut primed = Adaptive::with_seed(AdaptiveConfig::default(), 1);
+    primed.hint(Some(1.25), None);
+    primed.prime(Duration::from_secs(1), 1.0);
+    assert_eq!(primed.before_call(Duration::ZERO), Duration::ZERO);
+    // The same seed gives the same wait.
+    assert_eq!(splay(7, Some(1.25), None), splay(7, Some(1.25), None));
+    assert_ne!(splay(7, Some(1.25), None), splay(8, Some(1.25), None));
+}
