@@ -113,69 +113,17 @@ pub fn seed_for(seed: u64, client: u64) -> u64 {
 
 /// Runs one strategy through the scenario.
 pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
-    let c = &sc.clients;
     let clock = FakeRelativeClock::default();
     let mut clock_at = Duration::ZERO;
-    let burst = NonZeroU32::new(c.pacing_burst.max(1)).expect(">= 1");
-    let end = Duration::from_secs_f64(sc.duration_s);
-    // The server, and the bucket size its reported level is a fraction of.
-    let (mut server, bucket_size) = match (mode, &sc.clear) {
-        (Mode::Clear, Some(cl)) => (Server::preloaded(cl.requests), cl.requests),
-        _ => (
-            Server::new(&sc.server, sc.reports_remaining()),
-            sc.server.capacity.unwrap_or(sc.server.refill_per_s),
-        ),
-    };
-    let share = c.know_share.then(|| 1.0 / c.count as f64);
-    let mean_units = c.cost.mean().ceil() * c.items as f64;
-    let mut clients: Vec<Client> = (0..c.count)
-        .map(|i| {
-            let mut rng = SmallRng::seed_from_u64(seed_for(sc.seed, i as u64));
-            let start = if c.stagger_s > 0.0 {
-                Duration::from_secs_f64(rng.random_range(0.0..c.stagger_s))
-            } else {
-                Duration::ZERO
-            };
-            let mut strategy = strategy.build(seed_for(sc.seed ^ 0x5EED, i as u64));
-            if let (Mode::Clear, Some(cl)) = (mode, &sc.clear) {
-                strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
-            }
-            if c.know_capacity {
-                strategy.hint(Some(server.refill()).filter(|r| *r > 0.0), share);
-            }
-            let rate = strategy.rate().or(c.pacing_rate);
-            Client {
-                pacer: Pacer::with_clock(rate, burst, clock.clone()),
-                strategy,
-                rng,
-                start,
-                pending: Vec::new(),
-                sending: 0,
-                to_pace: None,
-                wait_from: start,
-                sent_at: start,
-                latency: Duration::ZERO,
-                answer: None,
-                window: AcceptedWindow::new(REMAINING_WINDOW),
-                attempts: 0,
-                throttled: 0,
-            }
-        })
+    let mut run = Run::new(sc, mode);
+    let mut clients: Vec<Client> = (0..sc.clients.count)
+        .map(|i| run.client(i, strategy, &clock))
         .collect();
-
-    let mut queue: BinaryHeap<Reverse<(Duration, u64, usize, Step)>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut push = |q: &mut BinaryHeap<_>, t: Duration, id: usize, s: Step| {
-        seq += 1;
-        q.push(Reverse((t, seq, id, s)));
-    };
     for (i, cl) in clients.iter().enumerate() {
-        push(&mut queue, cl.start, i, Step::NewRequest);
+        run.push(cl.start, i, Step::NewRequest);
     }
-    let mut out = Outcome::default();
-    let mut stopped = 0usize;
-    let n_clients = clients.len();
-    while let Some(Reverse((t, _, id, step))) = queue.pop() {
+    let end = Duration::from_secs_f64(sc.duration_s);
+    while let Some(Reverse((t, _, id, step))) = run.queue.pop() {
         if t > end {
             break;
         }
@@ -184,131 +132,230 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
             clock_at = t;
         }
         let cl = &mut clients[id];
-        match step {
-            Step::NewRequest => {
-                if let Workload::Cycle { busy_s, idle_s } = c.workload {
-                    let period = busy_s + idle_s;
-                    let into = (t.saturating_sub(cl.start)).as_secs_f64() % period;
-                    if into >= busy_s {
-                        let resume = t + Duration::from_secs_f64(period - into);
-                        cl.wait_from = resume;
-                        push(&mut queue, resume, id, Step::NewRequest);
-                        continue;
-                    }
-                }
-                cl.pending = (0..c.items)
-                    .map(|_| draw(&c.cost, &mut cl.rng).ceil())
-                    .collect();
-                let d = cl.strategy.before_call(t);
-                push(&mut queue, t + d, id, Step::Pace);
-            }
-            Step::Pace => {
-                let mut left = match cl.to_pace {
-                    Some(l) => l,
-                    None => {
-                        let limit = cl.strategy.max_request_units();
-                        cl.sending = leading_within(cl.pending.iter().copied(), limit);
-                        cl.pending[..cl.sending].iter().sum::<f64>().ceil() as u32
-                    }
-                };
-                let mut wait = None;
-                while left > 0 {
-                    match cl.pacer.check(left) {
-                        Ok(n) => left -= n,
-                        Err(w) => {
-                            wait = Some(w);
-                            break;
-                        }
-                    }
-                }
-                if let Some(w) = wait {
-                    cl.to_pace = Some(left);
-                    push(&mut queue, t + w, id, Step::Pace);
-                    continue;
-                }
-                cl.to_pace = None;
-                cl.attempts += 1;
-                cl.sent_at = t;
-                cl.latency = Duration::from_secs_f64(draw(&c.latency_ms, &mut cl.rng) / 1e3);
-                push(&mut queue, t + cl.latency / 2, id, Step::Arrive);
-            }
+        let next = match step {
+            Step::NewRequest => run.new_request(cl, t),
+            Step::Pace => run.pace(cl, t),
             Step::Arrive => {
-                cl.answer = Some(server.request(&cl.pending[..cl.sending], t));
-                push(&mut queue, cl.sent_at + cl.latency, id, Step::Answer);
+                cl.answer = Some(run.server.request(&cl.pending[..cl.sending], t));
+                Next::At(cl.sent_at + cl.latency, Step::Answer)
             }
-            Step::Answer => {
-                let a = cl.answer.take().expect("an answer arrived");
-                let sent = &cl.pending[..cl.sending];
-                let units: f64 = sent.iter().sum();
-                let written = a.accepted_items() as u64;
-                let mut left: Vec<f64> = sent
-                    .iter()
-                    .zip(&a.accepted)
-                    .filter(|(_, ok)| !**ok)
-                    .map(|(c, _)| *c)
-                    .collect();
-                let throttled = !left.is_empty();
-                left.extend_from_slice(&cl.pending[cl.sending..]);
-                cl.pending = left;
-                if throttled {
-                    cl.throttled += 1;
-                }
-                out.items_written += written;
-                let capacity = c
-                    .know_capacity
-                    .then(|| server.refill())
-                    .filter(|r| *r > 0.0);
-                let estimate = cl.window.remaining(t, a.accepted_units, capacity);
-                let fb = Feedback {
-                    now: t,
-                    throttled,
-                    accepted_units: a.accepted_units,
-                    sent_units: units,
-                    written_units: a.accepted_units,
-                    remaining: a.remaining.or(estimate),
-                    level_units: a.remaining.map(|r| r * bucket_size),
-                    capacity,
-                    share,
-                };
-                let d = cl.strategy.after_attempt(&fb);
-                if let Some(r) = cl.strategy.rate() {
-                    let size = cl.strategy.max_request_units();
-                    cl.pacer.steer(Some(r), burst_for(size));
-                }
-                out.attempts.push(Attempt {
-                    client: id as u32,
-                    t_s: cl.sent_at.as_secs_f64(),
-                    wait_s: cl.sent_at.saturating_sub(cl.wait_from).as_secs_f64(),
-                    units,
-                    accepted_units: a.accepted_units,
-                    throttled,
-                    remaining: a.remaining,
-                });
-                cl.wait_from = t;
-                if let Mode::Clear = mode {
-                    let stop_at = sc.clear.as_ref().map_or(0.0, |c| c.stop_at_remaining);
-                    let left = a.remaining.map_or(0.0, |r| r * bucket_size);
-                    if throttled || left <= stop_at {
-                        stopped += 1;
-                        if stopped == n_clients {
-                            out.cleared_at = Some(t);
-                            break;
-                        }
-                        continue;
-                    }
-                }
-                let next = if cl.pending.is_empty() {
-                    Step::NewRequest
-                } else {
-                    Step::Pace
-                };
-                push(&mut queue, t + d, id, next);
-            }
+            Step::Answer => run.answer(cl, id, t),
+        };
+        match next {
+            Next::At(at, step) => run.push(at, id, step),
+            Next::Stopped => {}
+            Next::AllStopped => break,
         }
     }
-    let (accepted, offered) = server.totals(end);
+    let mut out = run.out;
+    let (accepted, offered) = run.server.totals(end);
     out.accepted_units = accepted;
     out.offered_units = offered;
     out.per_client = clients.iter().map(|c| (c.attempts, c.throttled)).collect();
     out
+}
+
+/// What a client does after an event.
+enum Next {
+    At(Duration, Step),
+    /// Clear probe: this client stopped.
+    Stopped,
+    /// Clear probe: the last client stopped.
+    AllStopped,
+}
+
+/// One run's shared state: the server, the event queue and the outcome.
+struct Run<'a> {
+    sc: &'a Scenario,
+    mode: Mode,
+    server: Server,
+    /// The bucket size the server's reported level is a fraction of.
+    bucket_size: f64,
+    share: Option<f64>,
+    burst: NonZeroU32,
+    queue: BinaryHeap<Reverse<(Duration, u64, usize, Step)>>,
+    seq: u64,
+    stopped: usize,
+    out: Outcome,
+}
+
+impl<'a> Run<'a> {
+    fn new(sc: &'a Scenario, mode: Mode) -> Self {
+        let (server, bucket_size) = match (mode, &sc.clear) {
+            (Mode::Clear, Some(cl)) => (Server::preloaded(cl.requests), cl.requests),
+            _ => (
+                Server::new(&sc.server, sc.reports_remaining()),
+                sc.server.capacity.unwrap_or(sc.server.refill_per_s),
+            ),
+        };
+        let c = &sc.clients;
+        Run {
+            sc,
+            mode,
+            server,
+            bucket_size,
+            share: c.know_share.then(|| 1.0 / c.count as f64),
+            burst: NonZeroU32::new(c.pacing_burst.max(1)).expect(">= 1"),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            stopped: 0,
+            out: Outcome::default(),
+        }
+    }
+
+    fn push(&mut self, t: Duration, id: usize, step: Step) {
+        self.seq += 1;
+        self.queue.push(Reverse((t, self.seq, id, step)));
+    }
+
+    /// Client `i`, its strategy primed and hinted as the scenario says.
+    fn client(&self, i: usize, strategy: &StrategyConfig, clock: &FakeRelativeClock) -> Client {
+        let (sc, c) = (self.sc, &self.sc.clients);
+        let mut rng = SmallRng::seed_from_u64(seed_for(sc.seed, i as u64));
+        let start = if c.stagger_s > 0.0 {
+            Duration::from_secs_f64(rng.random_range(0.0..c.stagger_s))
+        } else {
+            Duration::ZERO
+        };
+        let mut strategy = strategy.build(seed_for(sc.seed ^ 0x5EED, i as u64));
+        if let (Mode::Clear, Some(cl)) = (self.mode, &sc.clear) {
+            let mean_units = c.cost.mean().ceil() * c.items as f64;
+            strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
+        }
+        if c.know_capacity {
+            let refill = Some(self.server.refill()).filter(|r| *r > 0.0);
+            strategy.hint(refill, self.share);
+        }
+        let rate = strategy.rate().or(c.pacing_rate);
+        Client {
+            pacer: Pacer::with_clock(rate, self.burst, clock.clone()),
+            strategy,
+            rng,
+            start,
+            pending: Vec::new(),
+            sending: 0,
+            to_pace: None,
+            wait_from: start,
+            sent_at: start,
+            latency: Duration::ZERO,
+            answer: None,
+            window: AcceptedWindow::new(REMAINING_WINDOW),
+            attempts: 0,
+            throttled: 0,
+        }
+    }
+
+    /// A new batch, unless the workload is idle now.
+    fn new_request(&self, cl: &mut Client, t: Duration) -> Next {
+        let c = &self.sc.clients;
+        if let Workload::Cycle { busy_s, idle_s } = c.workload {
+            let period = busy_s + idle_s;
+            let into = (t.saturating_sub(cl.start)).as_secs_f64() % period;
+            if into >= busy_s {
+                let resume = t + Duration::from_secs_f64(period - into);
+                cl.wait_from = resume;
+                return Next::At(resume, Step::NewRequest);
+            }
+        }
+        cl.pending = (0..c.items)
+            .map(|_| draw(&c.cost, &mut cl.rng).ceil())
+            .collect();
+        let d = cl.strategy.before_call(t);
+        Next::At(t + d, Step::Pace)
+    }
+
+    /// Takes the attempt's units from the pacer, then sends it.
+    fn pace(&self, cl: &mut Client, t: Duration) -> Next {
+        let mut left = match cl.to_pace {
+            Some(l) => l,
+            None => {
+                let limit = cl.strategy.max_request_units();
+                cl.sending = leading_within(cl.pending.iter().copied(), limit);
+                cl.pending[..cl.sending].iter().sum::<f64>().ceil() as u32
+            }
+        };
+        while left > 0 {
+            match cl.pacer.check(left) {
+                Ok(n) => left -= n,
+                Err(w) => {
+                    cl.to_pace = Some(left);
+                    return Next::At(t + w, Step::Pace);
+                }
+            }
+        }
+        cl.to_pace = None;
+        cl.attempts += 1;
+        cl.sent_at = t;
+        let latency_ms = draw(&self.sc.clients.latency_ms, &mut cl.rng);
+        cl.latency = Duration::from_secs_f64(latency_ms / 1e3);
+        Next::At(t + cl.latency / 2, Step::Arrive)
+    }
+
+    /// The answer: keep what is left, tell the strategy, record the attempt.
+    fn answer(&mut self, cl: &mut Client, id: usize, t: Duration) -> Next {
+        let c = &self.sc.clients;
+        let a = cl.answer.take().expect("an answer arrived");
+        let sent = &cl.pending[..cl.sending];
+        let units: f64 = sent.iter().sum();
+        let mut left: Vec<f64> = sent
+            .iter()
+            .zip(&a.accepted)
+            .filter(|(_, ok)| !**ok)
+            .map(|(c, _)| *c)
+            .collect();
+        let throttled = !left.is_empty();
+        left.extend_from_slice(&cl.pending[cl.sending..]);
+        cl.pending = left;
+        cl.throttled += u64::from(throttled);
+        self.out.items_written += a.accepted_items() as u64;
+        let capacity = c
+            .know_capacity
+            .then(|| self.server.refill())
+            .filter(|r| *r > 0.0);
+        let estimate = cl.window.remaining(t, a.accepted_units, capacity);
+        let fb = Feedback {
+            now: t,
+            throttled,
+            accepted_units: a.accepted_units,
+            sent_units: units,
+            written_units: a.accepted_units,
+            remaining: a.remaining.or(estimate),
+            level_units: a.remaining.map(|r| r * self.bucket_size),
+            capacity,
+            share: self.share,
+        };
+        let d = cl.strategy.after_attempt(&fb);
+        if let Some(r) = cl.strategy.rate() {
+            let size = cl.strategy.max_request_units();
+            cl.pacer.steer(Some(r), burst_for(size));
+        }
+        self.out.attempts.push(Attempt {
+            client: id as u32,
+            t_s: cl.sent_at.as_secs_f64(),
+            wait_s: cl.sent_at.saturating_sub(cl.wait_from).as_secs_f64(),
+            units,
+            accepted_units: a.accepted_units,
+            throttled,
+            remaining: a.remaining,
+        });
+        cl.wait_from = t;
+        if let Mode::Clear = self.mode {
+            let stop_at = self.sc.clear.as_ref().map_or(0.0, |c| c.stop_at_remaining);
+            let left = a.remaining.map_or(0.0, |r| r * self.bucket_size);
+            if throttled || left <= stop_at {
+                self.stopped += 1;
+                if self.stopped == c.count {
+                    self.out.cleared_at = Some(t);
+                    return Next::AllStopped;
+                }
+                return Next::Stopped;
+            }
+        }
+        let next = if cl.pending.is_empty() {
+            Step::NewRequest
+        } else {
+            Step::Pace
+        };
+        Next::At(t + d, next)
+    }
 }
