@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use ingest::config::{LogFormat, LogSettings, Settings};
-use ingest::{devbroker, telemetry, tools};
+use ingest::telemetry;
 
 #[path = "ingest/commands.rs"]
 mod commands;
@@ -227,25 +227,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         },
         Command::DevBroker { listen, topics } => {
             telemetry::init_logs(&human);
-            let broker = devbroker::DevBroker::start()?;
-            for (t, p) in &topics {
-                broker.create_topic(t, *p)?;
-            }
-            let shutdown = shutdown_on_signals();
-            devbroker::serve(&broker, listen, shutdown).await?;
-            Ok(ExitCode::SUCCESS)
+            commands::dev_broker(listen, &topics, shutdown_on_signals()).await
         }
         Command::CreateTopics { brokers, topics } => {
-            tools::create_topics(&brokers, &topics).await?;
-            println!(
-                "topics ready: {}",
-                topics
-                    .iter()
-                    .map(|(t, p)| format!("{t}:{p}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            Ok(ExitCode::SUCCESS)
+            commands::create_topics(&brokers, &topics).await
         }
         Command::Produce {
             brokers,

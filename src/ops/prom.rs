@@ -17,7 +17,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use super::live::Live;
+use super::live::{Live, TableView};
 
 /// The name of the latency histogram.
 pub const BATCH_WRITE_SECONDS: &str = "ingest_batch_write_seconds";
@@ -197,42 +197,7 @@ impl Exporter {
             self.counter("ingest_dead_lettered_total", &[reason], n);
         }
         for t in &live.tables {
-            let table: &[&str] = &[&t.name];
-            let c = t.control.counts.snapshot();
-            self.counter("ingest_items_written_total", table, c.items_written);
-            self.counter("ingest_records_superseded_total", table, c.superseded);
-            self.counter("ingest_wcu_consumed_total", table, c.wcu_written);
-            self.counter("ingest_write_requests_total", table, c.requests);
-            self.counter(
-                "ingest_throttled_requests_total",
-                table,
-                c.throttled_requests,
-            );
-            self.counter("ingest_unprocessed_items_total", table, c.unprocessed_items);
-            self.counter("ingest_write_errors_total", table, c.retryable_errors);
-            let r = t.control.report();
-            self.seconds("ingest_backoff_sleep_seconds_total", table, r.slept_s);
-            let st: &[&str] = &[&t.name, r.strategy];
-            let m = r.metrics;
-            self.counter("ingest_strategy_invocations_total", st, m.invocations);
-            self.counter("ingest_strategy_went_up_total", st, m.went_up);
-            self.counter("ingest_strategy_went_down_total", st, m.went_down);
-            self.counter("ingest_strategy_sleeps_total", st, m.slept);
-            self.seconds(
-                "ingest_strategy_sleep_seconds_total",
-                st,
-                m.total_sleep.as_secs_f64(),
-            );
-            self.gauge("ingest_backoff_delay_seconds", table, r.current_delay_s);
-            if let Some(rate) = r.pacing_rate {
-                self.gauge("ingest_pacing_rate_wcu", table, rate);
-            }
-            if let Some(c) = r.capacity {
-                self.gauge("ingest_capacity_wcu", table, c);
-            }
-            if let Some(share) = r.share {
-                self.gauge("ingest_capacity_share", table, share);
-            }
+            self.update_table(t);
         }
         // Only the partitions held now.
         let lag = self.gauge_family("ingest_consumer_lag");
@@ -241,6 +206,51 @@ impl Exporter {
             lag.with_label_values(&[topic.as_str(), &partition.to_string()])
                 .set(n as f64);
         }
+        self.update_gauges(live);
+    }
+
+    /// One table's counters, its strategy's and its control's state.
+    fn update_table(&self, t: &TableView) {
+        let table: &[&str] = &[&t.name];
+        let c = t.control.counts.snapshot();
+        self.counter("ingest_items_written_total", table, c.items_written);
+        self.counter("ingest_records_superseded_total", table, c.superseded);
+        self.counter("ingest_wcu_consumed_total", table, c.wcu_written);
+        self.counter("ingest_write_requests_total", table, c.requests);
+        self.counter(
+            "ingest_throttled_requests_total",
+            table,
+            c.throttled_requests,
+        );
+        self.counter("ingest_unprocessed_items_total", table, c.unprocessed_items);
+        self.counter("ingest_write_errors_total", table, c.retryable_errors);
+        let r = t.control.report();
+        self.seconds("ingest_backoff_sleep_seconds_total", table, r.slept_s);
+        let st: &[&str] = &[&t.name, r.strategy];
+        let m = r.metrics;
+        self.counter("ingest_strategy_invocations_total", st, m.invocations);
+        self.counter("ingest_strategy_went_up_total", st, m.went_up);
+        self.counter("ingest_strategy_went_down_total", st, m.went_down);
+        self.counter("ingest_strategy_sleeps_total", st, m.slept);
+        self.seconds(
+            "ingest_strategy_sleep_seconds_total",
+            st,
+            m.total_sleep.as_secs_f64(),
+        );
+        self.gauge("ingest_backoff_delay_seconds", table, r.current_delay_s);
+        if let Some(rate) = r.pacing_rate {
+            self.gauge("ingest_pacing_rate_wcu", table, rate);
+        }
+        if let Some(c) = r.capacity {
+            self.gauge("ingest_capacity_wcu", table, c);
+        }
+        if let Some(share) = r.share {
+            self.gauge("ingest_capacity_share", table, share);
+        }
+    }
+
+    /// The process's gauges: partitions, buffers, queues, readiness, progress.
+    fn update_gauges(&self, live: &Live) {
         let (assigned, in_flight) = {
             let t = live.acks.lock();
             (t.assigned().len(), t.pending_total())

@@ -235,6 +235,24 @@ impl Scenario {
                 self.duration_s
             ));
         }
+        self.validate_server()?;
+        self.validate_clients()?;
+        if let Some(cl) = &self.clear {
+            if !(cl.start_sleep_s > 0.0 && cl.requests > 0.0 && cl.stop_at_remaining >= 0.0) {
+                return bad(
+                    "clear: start_sleep_s and requests must be > 0, stop_at_remaining >= 0".into(),
+                );
+            }
+        }
+        if self.strategies.is_empty() {
+            return bad("strategy: list at least one [[strategy]]".into());
+        }
+        self.entries()?;
+        Ok(())
+    }
+
+    fn validate_server(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
         let sv = &self.server;
         if !(sv.refill_per_s >= 0.0 && sv.refill_per_s.is_finite()) {
             return bad(format!(
@@ -275,6 +293,11 @@ impl Scenario {
                 return bad(format!("server.schedule[{i}]: values must be > 0"));
             }
         }
+        Ok(())
+    }
+
+    fn validate_clients(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
         let c = &self.clients;
         if c.count == 0 || c.count > 10_000 {
             return bad(format!("clients.count = {}: must be in 1..=10000", c.count));
@@ -305,17 +328,6 @@ impl Scenario {
         if c.pacing_burst == 0 {
             return bad("clients.pacing_burst: must be >= 1".into());
         }
-        if let Some(cl) = &self.clear {
-            if !(cl.start_sleep_s > 0.0 && cl.requests > 0.0 && cl.stop_at_remaining >= 0.0) {
-                return bad(
-                    "clear: start_sleep_s and requests must be > 0, stop_at_remaining >= 0".into(),
-                );
-            }
-        }
-        if self.strategies.is_empty() {
-            return bad("strategy: list at least one [[strategy]]".into());
-        }
-        self.entries()?;
         Ok(())
     }
 

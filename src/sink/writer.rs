@@ -34,7 +34,7 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 use super::batch::{Entry, Slot};
-use super::{Sink, WriteError};
+use super::{BatchOutcome, Sink, WriteError};
 use crate::acks::Acks;
 use crate::decode::{key_of, Item, KeySchema};
 use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
@@ -176,20 +176,9 @@ impl Writer {
             ctl.observe_latency(sent.elapsed());
             let (throttled, accepted, written) = match answer {
                 Ok(outcome) => {
-                    let left = unprocessed_keys(&outcome.unprocessed, schema);
-                    let (todo, done): (Vec<Slot>, Vec<Slot>) = send
-                        .into_iter()
-                        .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
-                    let written: u32 = done.iter().map(Slot::wcu).sum();
-                    self.written(&done, ctl);
-                    let throttled = !todo.is_empty();
-                    if throttled {
-                        count(c, ctl, |c| &c.throttled_requests, 1);
-                        count(c, ctl, |c| &c.unprocessed_items, todo.len() as u64);
-                    }
+                    let (todo, answered) = self.answered(send, &outcome, schema, ctl);
                     remaining = joined(todo, rest);
-                    let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
-                    (throttled, accepted, written)
+                    answered
                 }
                 Err(WriteError::Throttled(m)) => {
                     count(c, ctl, |c| &c.throttled_requests, 1);
@@ -211,18 +200,47 @@ impl Writer {
             transient.before_call(ctl.now());
             let delay = ctl.after_attempt(throttled, accepted, sent_units, f64::from(written));
             if remaining.is_empty() {
-                // Pacing after a success (delay strategies): holds the table's
-                // write slot, cut short when partitions close.
-                ctl.note_sleep(delay);
-                let mut closings = self.acks.closings();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = closings.changed() => {}
-                }
+                self.hold_slot(ctl, delay).await;
                 return Ok(Left::Done);
             }
             self.wait(ctl, delay, &remaining, true).await;
         }
+    }
+
+    /// Pacing after a success (delay strategies): holds the table's write
+    /// slot for `delay`, cut short when partitions close.
+    async fn hold_slot(&self, ctl: &Control, delay: Duration) {
+        ctl.note_sleep(delay);
+        let mut closings = self.acks.closings();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = closings.changed() => {}
+        }
+    }
+
+    /// A request answered: acks what was written, counts a partial answer,
+    /// and returns what is left with (throttled, accepted units, written units).
+    fn answered(
+        &self,
+        send: Vec<Slot>,
+        outcome: &BatchOutcome,
+        schema: &KeySchema,
+        ctl: &Control,
+    ) -> (Vec<Slot>, (bool, f64, u32)) {
+        let c = &self.counters;
+        let left = unprocessed_keys(&outcome.unprocessed, schema);
+        let (todo, done): (Vec<Slot>, Vec<Slot>) = send
+            .into_iter()
+            .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
+        let written: u32 = done.iter().map(Slot::wcu).sum();
+        self.written(&done, ctl);
+        let throttled = !todo.is_empty();
+        if throttled {
+            count(c, ctl, |c| &c.throttled_requests, 1);
+            count(c, ctl, |c| &c.unprocessed_items, todo.len() as u64);
+        }
+        let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
+        (todo, (throttled, accepted, written))
     }
 
     /// Waits `d` (accounted to the table's control), less if the slots'
@@ -330,5 +348,5 @@ fn unprocessed_keys(items: &[Item], schema: &KeySchema) -> Option<HashSet<String
 }
 
 #[cfg(test)]
-#[path = "writer_tests.rs"]
+#[path = "writer_tests/mod.rs"]
 mod tests;

@@ -152,46 +152,10 @@ pub fn run(
         assignment,
         opts.live.clone(),
     );
-    let mut config = consumer_config(&opts.kafka);
-    if !opts
-        .kafka
-        .properties
-        .contains_key("queued.max.messages.kbytes")
-    {
-        // librdkafka's prefetch queue (64 MB by default) is sized to half the
-        // pipeline's byte budget, so the two together stay within 1.5 times it.
-        let kb = (opts.max_buffered_bytes / 2 / 1024).clamp(1024, 65_536);
-        config.set("queued.max.messages.kbytes", kb.to_string());
-    }
-    if let Some(every) = opts.stats_interval {
-        if !opts.kafka.properties.contains_key("statistics.interval.ms") {
-            config.set("statistics.interval.ms", every.as_millis().to_string());
-        }
-    }
+    let config = main_consumer_config(&opts);
     let consumer: BaseConsumer<Ctx> = config.create_with_context(ctx)?;
     *consumer.context().partitions.lock().unwrap() = check_topics(&consumer, &opts)?;
-    let parts: Vec<TopicPartition> = {
-        let counts = consumer.context().partitions.lock().unwrap();
-        opts.topics
-            .iter()
-            .flat_map(|t| (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p)))
-            .collect()
-    };
-    let cadence = Cadence {
-        every: BACKLOG_REFRESH,
-        hurried: GROUP_DONE_POLL,
-        call_timeout: opts.kafka.metadata_timeout.min(BACKLOG_CALL_TIMEOUT),
-    };
-    let backlog = BacklogReader::spawn(
-        &consumer_config(&opts.kafka),
-        parts,
-        starts_at_end(&opts.kafka),
-        cadence,
-    )
-    .inspect_err(
-        |e| warn!(error = %e, "cannot start the backlog reader: shares by partitions only"),
-    )
-    .ok();
+    let backlog = start_backlog(&consumer, &opts);
     let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     let mut poller = Poller {
@@ -224,6 +188,55 @@ pub fn run(
     poller.consumer.context().closing.store(true, SeqCst);
     poller.consumer.unsubscribe();
     result
+}
+
+/// The consumer's config: the worker's own settings, plus librdkafka's
+/// prefetch queue sized to the byte budget and lag statistics if asked.
+fn main_consumer_config(opts: &SourceOptions) -> ClientConfig {
+    let mut config = consumer_config(&opts.kafka);
+    if !opts
+        .kafka
+        .properties
+        .contains_key("queued.max.messages.kbytes")
+    {
+        // librdkafka's prefetch queue (64 MB by default) is sized to half the
+        // pipeline's byte budget, so the two together stay within 1.5 times it.
+        let kb = (opts.max_buffered_bytes / 2 / 1024).clamp(1024, 65_536);
+        config.set("queued.max.messages.kbytes", kb.to_string());
+    }
+    if let Some(every) = opts.stats_interval {
+        if !opts.kafka.properties.contains_key("statistics.interval.ms") {
+            config.set("statistics.interval.ms", every.as_millis().to_string());
+        }
+    }
+    config
+}
+
+/// The backlog reader over every routed partition (None, logged, when it
+/// cannot start: shares then go by partitions only).
+fn start_backlog(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Option<BacklogReader> {
+    let parts: Vec<TopicPartition> = {
+        let counts = consumer.context().partitions.lock().unwrap();
+        opts.topics
+            .iter()
+            .flat_map(|t| (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p)))
+            .collect()
+    };
+    let cadence = Cadence {
+        every: BACKLOG_REFRESH,
+        hurried: GROUP_DONE_POLL,
+        call_timeout: opts.kafka.metadata_timeout.min(BACKLOG_CALL_TIMEOUT),
+    };
+    BacklogReader::spawn(
+        &consumer_config(&opts.kafka),
+        parts,
+        starts_at_end(&opts.kafka),
+        cadence,
+    )
+    .inspect_err(
+        |e| warn!(error = %e, "cannot start the backlog reader: shares by partitions only"),
+    )
+    .ok()
 }
 
 /// Partitions behind, as topic/partition=at/end.

@@ -11,9 +11,31 @@ use tokio_util::sync::CancellationToken;
 use ingest::config::{DynamoSettings, SdkRetryMode, Settings};
 use ingest::sink::dynamodb::Dynamo;
 use ingest::source::SourceExit;
-use ingest::{telemetry, tools, worker};
+use ingest::{devbroker, telemetry, tools, worker};
 
 use super::{EXIT_CONFIG, EXIT_DRAIN_TIMEOUT, EXIT_FATAL};
+
+/// `ingest dev-broker`: librdkafka's mock cluster with the given topics.
+pub async fn dev_broker(
+    listen: std::net::SocketAddr,
+    topics: &[(String, i32)],
+    shutdown: CancellationToken,
+) -> anyhow::Result<ExitCode> {
+    let broker = devbroker::DevBroker::start()?;
+    for (t, p) in topics {
+        broker.create_topic(t, *p)?;
+    }
+    devbroker::serve(&broker, listen, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingest create-topics`.
+pub async fn create_topics(brokers: &str, topics: &[(String, i32)]) -> anyhow::Result<ExitCode> {
+    tools::create_topics(brokers, topics).await?;
+    let names: Vec<String> = topics.iter().map(|(t, p)| format!("{t}:{p}")).collect();
+    println!("topics ready: {}", names.join(", "));
+    Ok(ExitCode::SUCCESS)
+}
 
 /// `ingest produce`: sample records or the lines of a file.
 pub async fn produce(
