@@ -6,7 +6,7 @@
 //! the librdkafka consumer and runs its rebalance callbacks) can block until a
 //! revoked partition's in-flight records are done, with a deadline.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::offsets::{OffsetError, OffsetTracker, TopicPartition};
@@ -110,7 +110,7 @@ impl Acks {
 
     /// Locks the tracker (for the source thread's bookkeeping).
     pub fn lock(&self) -> MutexGuard<'_, OffsetTracker> {
-        self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+        self.tracker.lock()
     }
 
     /// Marks a record written or dead-lettered. Stale acks (a partition that
@@ -149,11 +149,7 @@ impl Acks {
                 return false;
             }
             let wait = (deadline - now).min(Duration::from_millis(100));
-            guard = self
-                .changed
-                .wait_timeout(guard, wait)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            self.changed.wait_for(&mut guard, wait);
         }
     }
 }

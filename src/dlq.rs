@@ -312,8 +312,8 @@ fn without_value(mut letter: Letter, rec: &Record) -> Letter {
 #[cfg(test)]
 pub mod fake {
     use super::*;
+    use parking_lot::Mutex;
     use std::collections::VecDeque;
-    use std::sync::Mutex;
 
     #[derive(Default)]
     pub struct FakeTopic {
@@ -327,14 +327,14 @@ pub mod fake {
     impl Publish for FakeTopic {
         fn publish<'a>(&'a self, _topic: &'a str, letter: &'a Letter) -> PublishFuture<'a> {
             Box::pin(async move {
-                *self.attempts.lock().unwrap() += 1;
-                if let Some(e) = self.errors.lock().unwrap().pop_front() {
+                *self.attempts.lock() += 1;
+                if let Some(e) = self.errors.lock().pop_front() {
                     return Err(e);
                 }
-                if let Some(e) = self.always.lock().unwrap().clone() {
+                if let Some(e) = self.always.lock().clone() {
                     return Err(e);
                 }
-                self.sent.lock().unwrap().push(letter.clone());
+                self.sent.lock().push(letter.clone());
                 Ok(())
             })
         }

@@ -26,7 +26,7 @@ async fn a_letter_carries_the_record_and_why() {
         .send(&rec, "invalid_json", "expected value", &acks)
         .await;
     assert_eq!(d.unwrap(), Delivery::Sent);
-    let sent = topic.sent.lock().unwrap();
+    let sent = topic.sent.lock();
     assert_eq!(sent[0].value.as_deref(), rec.value.as_deref());
     assert_eq!(sent[0].header("trace"), Some(&b"abc"[..]));
     assert_eq!(
@@ -42,11 +42,10 @@ async fn too_large_goes_without_its_value() {
     topic
         .errors
         .lock()
-        .unwrap()
         .push_back(produce_error(RDKafkaErrorCode::MessageSizeTooLarge));
     let d = dlq.send(&rec, "item_too_large", "over 400 KB", &acks).await;
     assert_eq!(d.unwrap(), Delivery::SentWithoutValue);
-    let sent = topic.sent.lock().unwrap();
+    let sent = topic.sent.lock();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].value, None);
     assert_eq!(sent[0].header("trace"), None);
@@ -60,18 +59,18 @@ async fn too_large_goes_without_its_value() {
 #[tokio::test(start_paused = true)]
 async fn a_topic_that_refuses_for_good_is_an_error_not_a_stall() {
     let (topic, dlq, acks, rec) = setup();
-    *topic.always.lock().unwrap() = Some(produce_error(RDKafkaErrorCode::TopicAuthorizationFailed));
+    *topic.always.lock() = Some(produce_error(RDKafkaErrorCode::TopicAuthorizationFailed));
     let err = dlq.send(&rec, "r", "d", &acks).await.unwrap_err();
     assert!(
         err.to_string().contains("dead-letter topic dlq refuses"),
         "{err}"
     );
-    assert_eq!(*topic.attempts.lock().unwrap(), 1);
+    assert_eq!(*topic.attempts.lock(), 1);
     // Too large even without the value: refused too.
-    *topic.always.lock().unwrap() = Some(produce_error(RDKafkaErrorCode::MessageSizeTooLarge));
+    *topic.always.lock() = Some(produce_error(RDKafkaErrorCode::MessageSizeTooLarge));
     assert!(dlq.send(&rec, "r", "d", &acks).await.is_err());
     // An unknown topic gets a grace period, then is fatal.
-    *topic.always.lock().unwrap() = Some(produce_error(RDKafkaErrorCode::UnknownTopicOrPartition));
+    *topic.always.lock() = Some(produce_error(RDKafkaErrorCode::UnknownTopicOrPartition));
     let started = tokio::time::Instant::now();
     assert!(dlq.send(&rec, "r", "d", &acks).await.is_err());
     let waited = started.elapsed();
@@ -84,7 +83,7 @@ async fn a_topic_that_refuses_for_good_is_an_error_not_a_stall() {
 #[tokio::test(start_paused = true)]
 async fn transient_failures_retry_until_the_partition_is_gone() {
     let (topic, dlq, acks, rec) = setup();
-    *topic.always.lock().unwrap() = Some(produce_error(RDKafkaErrorCode::MessageTimedOut));
+    *topic.always.lock() = Some(produce_error(RDKafkaErrorCode::MessageTimedOut));
     let acks = Arc::new(acks);
     let revoker = {
         let acks = acks.clone();
@@ -101,6 +100,6 @@ async fn transient_failures_retry_until_the_partition_is_gone() {
         waited >= Duration::from_secs(60) && waited < Duration::from_secs(61),
         "woken at the close: {waited:?}"
     );
-    assert!(*topic.attempts.lock().unwrap() > 5);
+    assert!(*topic.attempts.lock() > 5);
     revoker.await.unwrap();
 }

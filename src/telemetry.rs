@@ -7,10 +7,10 @@
 //! (`ops`), at scrape time. While a progress bar is drawn on the terminal,
 //! log lines are written around it (the bar is hidden for the write).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 
 use crate::config::{LogFormat, LogSettings};
 
@@ -19,7 +19,7 @@ static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
 
 /// Sets (or clears) the progress bar log lines must be written around.
 pub fn set_bar(bar: Option<indicatif::ProgressBar>) {
-    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = bar;
+    *BAR.lock() = bar;
 }
 
 /// Stderr, hiding the progress bar (if any) during each write.
@@ -27,7 +27,7 @@ struct AroundBar;
 
 impl Write for AroundBar {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let bar = BAR.lock().clone();
         match bar {
             Some(b) => b.suspend(|| std::io::stderr().write_all(buf).map(|()| buf.len())),
             None => std::io::stderr().write(buf),
@@ -99,20 +99,12 @@ impl Counters {
     /// Counts one dead-lettered record.
     pub fn dead_letter(&self, reason: &'static str) {
         Self::add(&self.dead_lettered, 1);
-        *self
-            .dead_letter_reasons
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(reason)
-            .or_default() += 1;
+        *self.dead_letter_reasons.lock().entry(reason).or_default() += 1;
     }
 
     /// Dead-lettered records per reason.
     pub fn dead_letters_by_reason(&self) -> BTreeMap<&'static str, u64> {
-        self.dead_letter_reasons
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.dead_letter_reasons.lock().clone()
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -4,9 +4,10 @@
 //! stuck. The source and the pollers write it; `/readyz`, `/metrics` and the
 //! progress report read it. The decisions are pure ([`Stall`], [`Readiness`]).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::acks::Acks;
@@ -50,7 +51,7 @@ pub struct Live {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock()
 }
 
 impl Live {

@@ -9,8 +9,8 @@
 //! `topic`/`partition` (the partitions held; a revoked partition's series
 //! goes). Every metric is listed in [`METRICS`] and documented in the README.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use prometheus::{
     CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry,
@@ -60,7 +60,7 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
     ("ingest_backoff_delay_seconds", Kind::Gauge, "table", "The strategy's current delay."),
     ("ingest_pacing_rate_wcu", Kind::Gauge, "table", "The pacing rate, WCU per second (absent when unpaced)."),
     ("ingest_capacity_wcu", Kind::Gauge, "table", "The table's provisioned write capacity (absent when on demand or unknown)."),
-    ("ingest_capacity_share", Kind::Gauge, "table", "This worker's share of the table: its share of the partitions feeding it."),
+    ("ingest_capacity_share", Kind::Gauge, "table", "This worker's share of the table: its share of the backlog of the partitions feeding it (of the partitions, when there is no backlog)."),
     ("ingest_consumer_lag", Kind::Gauge, "topic,partition", "Records between the committed offset and the end of each held partition (librdkafka's consumer_lag)."),
     ("ingest_assigned_partitions", Kind::Gauge, "", "Partitions this worker holds."),
     ("ingest_records_in_flight", Kind::Gauge, "", "Records read and not yet written, dead-lettered or abandoned."),
@@ -178,7 +178,7 @@ impl Exporter {
 
     /// Copies the live figures in and renders the text exposition.
     pub fn render(&self, live: &Live) -> String {
-        let _one = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.scrape.lock();
         self.update(live);
         let mut out = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {

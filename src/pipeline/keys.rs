@@ -3,8 +3,9 @@
 //! (the later record wins). A claim is released when its guard drops, so a
 //! write task that fails or panics never leaves its keys locked.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +27,7 @@ pub struct Claim {
 
 impl KeyLocks {
     fn map(&self) -> MutexGuard<'_, HashMap<String, (u64, CancellationToken)>> {
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+        self.in_flight.lock()
     }
 
     /// Completion tokens of the batches in flight sharing a key with `keys`.

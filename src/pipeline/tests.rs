@@ -1,9 +1,10 @@
 //! The pipeline under tokio's paused clock: one table that never answers
 //! must not hold up another.
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -31,7 +32,7 @@ impl Sink for OneTableHangs {
             if table == "slow" {
                 std::future::pending::<()>().await;
             }
-            let mut written = self.written.lock().unwrap();
+            let mut written = self.written.lock();
             written.extend(items.iter().map(id_of));
             Ok(BatchOutcome::default())
         })
@@ -119,13 +120,13 @@ async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
         assert!(
             waited < Duration::from_secs(60),
             "the fast table is held up: {} of {n} written",
-            sink.written.lock().unwrap().len()
+            sink.written.lock().len()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
         waited += Duration::from_millis(100);
     }
     feeding.await.unwrap();
-    assert_eq!(sink.written.lock().unwrap().len(), n as usize);
+    assert_eq!(sink.written.lock().len(), n as usize);
     assert_eq!(
         acks.lock().watermark("to-slow", 0),
         Some(0),

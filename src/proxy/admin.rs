@@ -20,7 +20,7 @@ impl Proxy {
             .collect();
         match path {
             "/_proxy/stats" => {
-                let map = self.tables.lock().unwrap();
+                let map = self.tables.lock();
                 let tables: serde_json::Map<String, Value> = map
                     .iter()
                     .map(|(t, st)| {
@@ -46,7 +46,7 @@ impl Proxy {
                 };
                 self.ensure_table(table).await;
                 let now = self.now();
-                if let Some(st) = self.tables.lock().unwrap().get_mut(*table) {
+                if let Some(st) = self.tables.lock().get_mut(*table) {
                     set_rate(st, wcu, now);
                 }
                 info!(table, wcu, "capacity changed (admin)");
@@ -64,7 +64,7 @@ impl Proxy {
                     );
                 };
                 let until = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
-                *self.down_until.lock().unwrap() = Some(until);
+                *self.down_until.lock() = Some(until);
                 warn!(seconds = secs, "outage (admin): every call answers 503");
                 respond(StatusCode::OK, json!({ "outage_s": secs }).to_string())
             }
@@ -80,7 +80,7 @@ impl Proxy {
         }) = self.dynamo.describe(table).await
         {
             let now = self.now();
-            if let Some(st) = self.tables.lock().unwrap().get_mut(table) {
+            if let Some(st) = self.tables.lock().get_mut(table) {
                 set_rate(st, wcu, now);
             }
         }

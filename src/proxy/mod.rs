@@ -24,10 +24,11 @@ pub mod bucket;
 mod table;
 pub mod wire;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -152,12 +153,7 @@ impl Proxy {
         if path.starts_with("/_proxy/") {
             return self.admin(&path, req.uri().query().unwrap_or("")).await;
         }
-        if self
-            .down_until
-            .lock()
-            .unwrap()
-            .is_some_and(|t| Instant::now() < t)
-        {
+        if self.down_until.lock().is_some_and(|t| Instant::now() < t) {
             return respond(
                 StatusCode::SERVICE_UNAVAILABLE,
                 json!({"__type": "com.amazonaws.dynamodb.v20120810#ServiceUnavailable",
@@ -196,7 +192,7 @@ impl Proxy {
 
     /// Creates a table's state on first sight (capacity from upstream).
     async fn ensure_table(&self, table: &str) {
-        if self.tables.lock().unwrap().contains_key(table) {
+        if self.tables.lock().contains_key(table) {
             return;
         }
         let wcu = match self.cfg.wcu {
@@ -219,11 +215,7 @@ impl Proxy {
             initial_tokens: 0.0,
             next_step: 0,
         };
-        self.tables
-            .lock()
-            .unwrap()
-            .entry(table.to_string())
-            .or_insert(state);
+        self.tables.lock().entry(table.to_string()).or_insert(state);
     }
 
     /// Applies due schedule steps; returns (table, wcu) changes to push upstream.
@@ -265,7 +257,7 @@ impl Proxy {
             self.update_upstream(&t, w).await;
         }
         if split.accepted_items == 0 {
-            let mut map = self.tables.lock().unwrap();
+            let mut map = self.tables.lock();
             for t in &tables {
                 let st = map.get_mut(t).expect("ensured");
                 st.stats.throttled_requests += 1;
@@ -295,7 +287,7 @@ impl Proxy {
         now: Duration,
     ) -> (wire::Split, Vec<(String, f64)>) {
         let mut pushes = Vec::new();
-        let mut map = self.tables.lock().unwrap();
+        let mut map = self.tables.lock();
         for t in tables {
             let st = map.get_mut(t).expect("ensured");
             if st.first_write.is_none() {
@@ -315,7 +307,7 @@ impl Proxy {
     /// After upstream answered a forwarded batch: counts what was written, or
     /// gives the capacity back when it failed.
     fn settle(&self, split: &wire::Split, tables: &[String], ok: bool, now: Duration) {
-        let mut map = self.tables.lock().unwrap();
+        let mut map = self.tables.lock();
         for (t, cost) in &split.taken {
             let st = map.get_mut(t).expect("ensured");
             if ok {
@@ -362,7 +354,7 @@ impl Proxy {
         );
         let now = self.now();
         let admitted = {
-            let mut map = self.tables.lock().unwrap();
+            let mut map = self.tables.lock();
             let st = map.get_mut(&table).expect("ensured");
             if st.first_write.is_none() {
                 st.first_write = Some(now);
@@ -380,7 +372,7 @@ impl Proxy {
             return throttled();
         }
         let resp = self.forward(&parts, body).await;
-        let mut map = self.tables.lock().unwrap();
+        let mut map = self.tables.lock();
         let st = map.get_mut(&table).expect("ensured");
         if resp.status().is_success() {
             st.stats.accepted_items += 1;

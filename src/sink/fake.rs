@@ -4,8 +4,8 @@
 //! Never the proof that the product works: the integration tests talk to
 //! LocalStack.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -40,7 +40,7 @@ pub struct FakeSink {
 impl std::fmt::Debug for FakeSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeSink")
-            .field("calls", &self.calls.lock().unwrap().len())
+            .field("calls", &self.calls.lock().len())
             .finish()
     }
 }
@@ -64,7 +64,7 @@ impl FakeSink {
     }
 
     pub fn calls(&self) -> Vec<Call> {
-        self.calls.lock().unwrap().clone()
+        self.calls.lock().clone()
     }
 }
 
@@ -89,7 +89,7 @@ impl Sink for FakeSink {
     fn batch_write<'a>(&'a self, table: &'a str, items: Vec<Item>) -> SinkFuture<'a, BatchOutcome> {
         Box::pin(async move {
             let n = {
-                let mut calls = self.calls.lock().unwrap();
+                let mut calls = self.calls.lock();
                 calls.push(Call {
                     at: self.start.elapsed(),
                     table: table.to_string(),
@@ -98,13 +98,13 @@ impl Sink for FakeSink {
                 calls.len() - 1
             };
             tokio::time::sleep(self.latency).await;
-            (self.script.lock().unwrap())(n, &items)
+            (self.script.lock())(n, &items)
         })
     }
 
     fn describe<'a>(&'a self, table: &'a str) -> SinkFuture<'a, TableInfo> {
         Box::pin(async move {
-            let down = *self.describe_down_until.lock().unwrap();
+            let down = *self.describe_down_until.lock();
             if down.is_some_and(|t| tokio::time::Instant::now() < t) {
                 return Err(WriteError::Retryable("HTTP 503 ServiceUnavailable".into()));
             }

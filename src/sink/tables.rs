@@ -342,21 +342,21 @@ mod tests {
             },
         );
         // Unavailable for 5 s, then back: found.
-        *sink.describe_down_until.lock().unwrap() =
+        *sink.describe_down_until.lock() =
             Some(tokio::time::Instant::now() + Duration::from_secs(5));
         let patience = Duration::from_secs(60);
         let info = describe_patiently(&sink, "t", patience, 1).await.unwrap();
         assert_eq!(info.capacity, Some(100.0));
         // Unavailable for longer than the patience: the last error, in time.
         let started = tokio::time::Instant::now();
-        *sink.describe_down_until.lock().unwrap() = Some(started + Duration::from_secs(600));
+        *sink.describe_down_until.lock() = Some(started + Duration::from_secs(600));
         let err = describe_patiently(&sink, "t", patience, 1)
             .await
             .unwrap_err();
         assert!(matches!(err, WriteError::Retryable(_)), "{err}");
         assert!(started.elapsed() <= patience, "{:?}", started.elapsed());
         // A missing table fails at once.
-        *sink.describe_down_until.lock().unwrap() = None;
+        *sink.describe_down_until.lock() = None;
         let started = tokio::time::Instant::now();
         assert!(matches!(
             describe_patiently(&sink, "nope", patience, 1).await,

@@ -13,9 +13,10 @@
 //! ([`BacklogReader::hurry`]). The poll loop only takes the latest reading
 //! ([`BacklogReader::take`]), which never blocks.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -142,7 +143,7 @@ impl BacklogReader {
                     }
                     last = Some(Instant::now());
                     match read(&consumer, &parts, starts_at_end, cadence.call_timeout) {
-                        Ok(v) => *s.latest.lock().unwrap() = Some(v),
+                        Ok(v) => *s.latest.lock() = Some(v),
                         Err(e) => debug!(error = %e, "cannot read the group's backlog"),
                     }
                 }
@@ -153,7 +154,7 @@ impl BacklogReader {
 
     /// The reading made since the last call, if any.
     pub fn take(&self) -> Option<GroupView> {
-        self.shared.latest.lock().unwrap().take()
+        self.shared.latest.lock().take()
     }
 
     /// Read every `hurried` instead of every `every` while `on`.

@@ -140,14 +140,14 @@ impl Poller {
         let tracker = self.ctx().acks.lock();
         tracker.assigned().is_empty()
             && tracker.pending_total() == 0
-            && self.ctx().held.lock().unwrap().is_empty()
+            && self.ctx().held.lock().is_empty()
     }
 
     /// Warns, every `REBALANCE_STALL`, while the subscription or a revocation
     /// has had no assignment after it for that long: the group coordinator
     /// has not completed the rebalance, and this worker holds no partition.
     pub(super) fn warn_if_rebalance_stalls(&mut self) {
-        let Some(since) = *self.ctx().unassigned_since.lock().unwrap() else {
+        let Some(since) = *self.ctx().unassigned_since.lock() else {
             return;
         };
         let waited = since.elapsed();
@@ -179,13 +179,13 @@ impl Poller {
     ) -> bool {
         let ctx = self.ctx();
         if !ctx.assigned_once.load(SeqCst)
-            || ctx.unassigned_since.lock().unwrap().is_some()
-            || !ctx.held.lock().unwrap().is_empty()
+            || ctx.unassigned_since.lock().is_some()
+            || !ctx.held.lock().is_empty()
         {
             return false;
         }
         let tracker = self.ctx().acks.lock();
-        let targets = self.ctx().targets.lock().unwrap();
+        let targets = self.ctx().targets.lock();
         tracker.pending_total() == 0
             && tracker
                 .assigned()

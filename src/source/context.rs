@@ -3,9 +3,10 @@
 //! deadline), commit and forget them; assignments start tracking. Stats give
 //! each held partition's consumer lag.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
@@ -65,7 +66,7 @@ impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
-                *self.unassigned_since.lock().unwrap() = Some(Instant::now());
+                *self.unassigned_since.lock() = Some(Instant::now());
                 self.on_revoke(consumer, tpl)
             }
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
@@ -82,13 +83,13 @@ impl ConsumerContext for Ctx {
                     tracker.assign(t, *p, None);
                 }
             }
-            self.to_learn.lock().unwrap().extend(tps.iter().cloned());
-            let plan = self.pausing.lock().unwrap().plan(&tps);
+            self.to_learn.lock().extend(tps.iter().cloned());
+            let plan = self.pausing.lock().plan(&tps);
             if let Err(e) = apply(consumer, &plan) {
                 warn!(error = %e, "cannot pause or resume newly assigned partitions");
             }
             self.assigned_once.store(true, SeqCst);
-            *self.unassigned_since.lock().unwrap() = None;
+            *self.unassigned_since.lock() = None;
             self.publish_assignment();
             info!(partitions = %fmt_tps(&tps), "partitions assigned");
         }
@@ -147,7 +148,7 @@ impl Ctx {
         }
         {
             let tracker = self.acks.lock();
-            let mut targets = self.targets.lock().unwrap();
+            let mut targets = self.targets.lock();
             for (t, p) in &tps {
                 // At the final unsubscribe the run's progress keeps them.
                 match tracker.watermark(t, *p) {
@@ -166,7 +167,7 @@ impl Ctx {
         let backlog = self.assignment.borrow().backlog.clone();
         let a = Assignment {
             assigned: self.acks.lock().assigned(),
-            partitions: self.partitions.lock().unwrap().clone(),
+            partitions: self.partitions.lock().clone(),
             backlog,
         };
         self.assignment.send_replace(a);
@@ -174,7 +175,7 @@ impl Ctx {
 
     /// Drops held (not yet forwarded) records matching `which`, untracking them.
     pub(super) fn drop_held(&self, which: impl Fn(&str, i32) -> bool) {
-        let mut held = self.held.lock().unwrap();
+        let mut held = self.held.lock();
         let mut tracker = self.acks.lock();
         held.retain(|r| {
             let drop = which(&r.at.topic, r.at.partition);

@@ -154,7 +154,7 @@ pub fn run(
     );
     let config = main_consumer_config(&opts);
     let consumer: BaseConsumer<Ctx> = config.create_with_context(ctx)?;
-    *consumer.context().partitions.lock().unwrap() = check_topics(&consumer, &opts)?;
+    *consumer.context().partitions.lock() = check_topics(&consumer, &opts)?;
     let backlog = start_backlog(&consumer, &opts);
     let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
@@ -216,7 +216,7 @@ fn main_consumer_config(opts: &SourceOptions) -> ClientConfig {
 /// cannot start: shares then go by partitions only).
 fn start_backlog(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Option<BacklogReader> {
     let parts: Vec<TopicPartition> = {
-        let counts = consumer.context().partitions.lock().unwrap();
+        let counts = consumer.context().partitions.lock();
         opts.topics
             .iter()
             .flat_map(|t| (0..counts.get(t).copied().unwrap_or(0) as i32).map(|p| (t.clone(), p)))

@@ -83,7 +83,7 @@ impl Poller {
             }
             self.forward_held()?;
             let over_budget = self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes;
-            let full = !self.ctx().held.lock().unwrap().is_empty() || over_budget;
+            let full = !self.ctx().held.lock().is_empty() || over_budget;
             self.set_paused(full)?;
             let timeout = Duration::from_millis(if full { 20 } else { 100 });
             match self.consumer.poll(timeout) {
@@ -189,12 +189,12 @@ impl Poller {
             charge: Charge::default(),
         };
         record.charge = Charge::new(&self.opts.buffered, record.size() + RECORD_OVERHEAD);
-        self.ctx().held.lock().unwrap().push_back(record);
+        self.ctx().held.lock().push_back(record);
     }
 
     /// Hands held records to the pipeline until its channel is full.
     pub(super) fn forward_held(&self) -> Result<(), SourceError> {
-        let mut held = self.ctx().held.lock().unwrap();
+        let mut held = self.ctx().held.lock();
         while let Some(rec) = held.pop_front() {
             match self.tx.try_send(rec) {
                 Ok(()) => {}
@@ -219,7 +219,7 @@ impl Poller {
             self.congestion_seen = changes;
             self.congested = self.opts.congestion.congested_topics();
         }
-        let mut pausing = self.ctx().pausing.lock().unwrap();
+        let mut pausing = self.ctx().pausing.lock();
         if pausing.wants(all, &self.congested) {
             return Ok(());
         }
@@ -240,8 +240,7 @@ impl Poller {
     /// For newly assigned partitions: the committed offset (or where the reset
     /// policy starts) and the end offset, for the caught-up test.
     pub(super) fn learn_positions(&self) {
-        let pending: Vec<TopicPartition> =
-            std::mem::take(&mut *self.ctx().to_learn.lock().unwrap());
+        let pending: Vec<TopicPartition> = std::mem::take(&mut *self.ctx().to_learn.lock());
         if pending.is_empty() {
             return;
         }
@@ -251,7 +250,7 @@ impl Poller {
             Ok(c) => c,
             Err(e) => {
                 warn!(error = %e, "cannot read committed offsets; will retry");
-                self.ctx().to_learn.lock().unwrap().extend(pending);
+                self.ctx().to_learn.lock().extend(pending);
                 return;
             }
         };
@@ -259,7 +258,7 @@ impl Poller {
             let ends = self.consumer.fetch_watermarks(&t, p, timeout);
             let Ok((low, high)) = ends else {
                 warn!(topic = %t, partition = p, "cannot read watermarks; will retry");
-                self.ctx().to_learn.lock().unwrap().push((t, p));
+                self.ctx().to_learn.lock().push((t, p));
                 continue;
             };
             let start = backlog::group_start(&committed, &t, p, (low, high), at_end);
@@ -270,7 +269,7 @@ impl Poller {
             tracker.set_committed_from_broker(&t, p, start);
             debug!(topic = %t, partition = p, start, end = high, "partition position");
             self.ctx().live.set_position((t.clone(), p), start, high);
-            self.ctx().targets.lock().unwrap().insert((t, p), high);
+            self.ctx().targets.lock().insert((t, p), high);
         }
     }
 

@@ -9,9 +9,9 @@
 //! It also holds the table's own counters and its BatchWriteItem latency
 //! histogram, for the metrics endpoint.
 
+use parking_lot::Mutex;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -108,27 +108,27 @@ impl Control {
 
     /// The table's provisioned write capacity (None: unknown or on-demand).
     pub fn set_capacity(&self, capacity: Option<f64>) {
-        *self.capacity.lock().unwrap() = capacity.filter(|c| *c > 0.0);
+        *self.capacity.lock() = capacity.filter(|c| *c > 0.0);
         self.hint();
     }
 
     /// This worker's share of the table's capacity (None: unknown).
     pub fn set_share(&self, share: Option<f64>) {
-        *self.share.lock().unwrap() = share;
+        *self.share.lock() = share;
         self.hint();
     }
 
     /// Tells the strategy the capacity and share as now known.
     fn hint(&self) {
-        let capacity = *self.capacity.lock().unwrap();
-        let share = *self.share.lock().unwrap();
-        self.strategy.lock().unwrap().hint(capacity, share);
+        let capacity = *self.capacity.lock();
+        let share = *self.share.lock();
+        self.strategy.lock().hint(capacity, share);
     }
 
     /// Delay before a new batch's first attempt.
     pub fn before_call(&self) -> Duration {
         let now = self.now();
-        self.strategy.lock().unwrap().before_call(now)
+        self.strategy.lock().before_call(now)
     }
 
     /// Waits for this batch's turn, then until its cost may be spent at the
@@ -145,7 +145,7 @@ impl Control {
 
     /// The most units one request should carry (None: a whole batch).
     pub fn max_request_units(&self) -> Option<f64> {
-        self.strategy.lock().unwrap().max_request_units()
+        self.strategy.lock().max_request_units()
     }
 
     /// Reports an attempt: `accepted_units` consumed (ConsumedCapacity), of
@@ -159,12 +159,11 @@ impl Control {
         written_units: f64,
     ) -> Duration {
         let now = self.now();
-        let capacity = *self.capacity.lock().unwrap();
-        let share = *self.share.lock().unwrap();
+        let capacity = *self.capacity.lock();
+        let share = *self.share.lock();
         let remaining = self
             .accepted
             .lock()
-            .unwrap()
             .remaining(now, accepted_units, capacity);
         let fb = Feedback {
             now,
@@ -180,7 +179,7 @@ impl Control {
         if throttled {
             self.throttled.notify_one();
         }
-        let mut s = self.strategy.lock().unwrap();
+        let mut s = self.strategy.lock();
         let delay = s.after_attempt(&fb);
         let rate = s.rate();
         let size = s.max_request_units();
@@ -202,13 +201,13 @@ impl Control {
     }
 
     pub fn report(&self) -> ControlReport {
-        let s = self.strategy.lock().unwrap();
+        let s = self.strategy.lock();
         ControlReport {
             strategy: s.name(),
             pacing_rate: self.pacer.rate().or(self.fixed_rate),
             current_delay_s: s.current_delay().as_secs_f64(),
-            capacity: *self.capacity.lock().unwrap(),
-            share: *self.share.lock().unwrap(),
+            capacity: *self.capacity.lock(),
+            share: *self.share.lock(),
             slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
             metrics: s.metrics(),

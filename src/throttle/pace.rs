@@ -18,9 +18,10 @@
 //! clock in virtual time and asks how long to wait (`check`), so both pace
 //! with the very same limiter code.
 
+use parking_lot::RwLock;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use governor::clock::{Clock, Reference};
@@ -112,7 +113,7 @@ impl<C: Clock + Clone> Pacer<C> {
     /// Takes the next chunk (at most `burst`) of `units` if it may be spent
     /// now and returns its size, or says how long to wait for it.
     pub fn check(&self, units: u32) -> Result<u32, Duration> {
-        let guard = self.current.read().unwrap();
+        let guard = self.current.read();
         let Some(c) = guard.as_ref() else {
             return Ok(units);
         };
@@ -135,14 +136,14 @@ impl<C: Clock + Clone> Pacer<C> {
 
     /// The pacing rate, if any.
     pub fn rate(&self) -> Option<f64> {
-        self.current.read().unwrap().as_ref().map(|c| c.rate)
+        self.current.read().as_ref().map(|c| c.rate)
     }
 
     /// Changes the rate and the most units released at once (capped at the
     /// configured burst, at least 1: requests the server admits only in small
     /// pieces are then not released back to back), swapping the limiter once.
     pub fn steer(&self, rate: Option<f64>, burst: u32) {
-        let mut cur = self.current.write().unwrap();
+        let mut cur = self.current.write();
         self.burst
             .store(burst.clamp(1, self.max_burst.get()), Relaxed);
         self.swap(&mut cur, rate);
@@ -151,7 +152,7 @@ impl<C: Clock + Clone> Pacer<C> {
     /// Changes the rate (swaps the limiter when it moved by more than 1%, or
     /// the burst changed).
     pub fn set_rate(&self, rate: Option<f64>) {
-        let mut cur = self.current.write().unwrap();
+        let mut cur = self.current.write();
         self.swap(&mut cur, rate);
     }
 
@@ -217,18 +218,18 @@ mod tests {
     #[test]
     fn small_rate_changes_keep_the_limiter_and_large_ones_swap_it() {
         let p = Pacer::new(Some(100.0), burst(10));
-        let first = p.current.read().unwrap().as_ref().unwrap().limiter.clone();
+        let first = p.current.read().as_ref().unwrap().limiter.clone();
         p.set_rate(Some(100.5));
         assert!(Arc::ptr_eq(
             &first,
-            &p.current.read().unwrap().as_ref().unwrap().limiter
+            &p.current.read().as_ref().unwrap().limiter
         ));
         assert_eq!(p.rate(), Some(100.0));
         p.set_rate(Some(150.0));
         assert_eq!(p.rate(), Some(150.0));
         assert!(!Arc::ptr_eq(
             &first,
-            &p.current.read().unwrap().as_ref().unwrap().limiter
+            &p.current.read().as_ref().unwrap().limiter
         ));
         p.set_rate(None);
         assert_eq!(p.rate(), None);

@@ -126,7 +126,7 @@ async fn a_fatal_error_acks_nothing() {
 async fn a_dead_letter_topic_that_refuses_is_fatal() {
     let script: Script = Box::new(|_, _| Err(WriteError::Rejected("ValidationException".into())));
     let mut s = setup(script, exponential(100.0), None);
-    *s.topic.always.lock().unwrap() = Some(rdkafka::error::KafkaError::MessageProduction(
+    *s.topic.always.lock() = Some(rdkafka::error::KafkaError::MessageProduction(
         rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed,
     ));
     let slots = s.keys(1);

@@ -226,7 +226,7 @@ async fn a_rejected_batch_is_bisected_down_to_the_bad_record() {
     written.sort();
     written.dedup();
     assert_eq!(written.len(), 24, "every other record written");
-    let letters = s.topic.sent.lock().unwrap().clone();
+    let letters = s.topic.sent.lock().clone();
     assert_eq!(letters.len(), 1);
     assert_eq!(
         letters[0].header("ingest.error.reason"),
@@ -252,7 +252,7 @@ async fn a_merged_key_is_replayed_record_by_record() {
     ]);
     assert_eq!(slots.len(), 1);
     s.write(slots).await.unwrap();
-    let letters = s.topic.sent.lock().unwrap().clone();
+    let letters = s.topic.sent.lock().clone();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].header("ingest.source.offset"), Some(&b"1"[..]));
     assert_eq!(
@@ -301,7 +301,7 @@ async fn a_partial_answer_sizes_the_following_requests_and_a_rejected_piece_spar
     written.sort();
     written.dedup();
     assert_eq!(written.len(), 9, "every other record written: {calls:?}");
-    let letters = s.topic.sent.lock().unwrap().clone();
+    let letters = s.topic.sent.lock().clone();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].header("ingest.source.offset"), Some(&b"7"[..]));
     assert_eq!(s.watermark(), Some(10));
