@@ -801,13 +801,13 @@ fn ownership(killed_at: &HashMap<u32, f64>) -> Owners {
                     .filter_map(|tp| tp.rsplit_once('/')?.1.parse::<i32>().ok())
                     .collect::<Vec<i32>>()
             };
-            match v["message"].as_str() {
-                Some("partitions assigned") => {
+            match v["event"].as_str() {
+                Some("assigned") => {
                     for p in parts() {
                         open.entry(p).or_insert(t);
                     }
                 }
-                Some("partitions revoked") => {
+                Some("revoked") => {
                     for p in parts() {
                         if let Some(from) = open.remove(&p) {
                             held.push((p, pid, from, t));

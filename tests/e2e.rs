@@ -36,7 +36,7 @@ fn wait_written(w: &Worker, n: u64) {
 
 /// Max `written` counter seen in the worker's commit lines.
 fn written_so_far(w: &Worker) -> u64 {
-    w.logged("committed")
+    w.events("commit")
         .iter()
         .filter_map(|v| v.get("written").and_then(Value::as_u64))
         .max()
@@ -248,10 +248,7 @@ async fn sigterm_drains_in_flight_writes_and_commits_exactly_what_was_written() 
     let summary = summary.expect("summary");
     assert_eq!(code, Some(0), "{summary}");
     assert_eq!(summary["exit"], "stopped");
-    let drained = logs.lock().unwrap().iter().any(|v| {
-        v.get("message").and_then(Value::as_str)
-            == Some("drained: all in-flight records written and committed")
-    });
+    let drained = logs.lock().unwrap().iter().any(|v| v["event"] == "drained");
     assert!(drained, "drain logged");
 
     // Every record below the committed offsets is in the table (none committed
@@ -291,7 +288,7 @@ async fn sigterm_drains_in_flight_writes_and_commits_exactly_what_was_written() 
 
 /// The partitions of a worker's latest assignment.
 fn assigned(w: &Worker) -> Vec<String> {
-    w.logged("partitions assigned")
+    w.events("assigned")
         .last()
         .and_then(|v| {
             v.get("partitions")
@@ -309,13 +306,8 @@ fn assigned(w: &Worker) -> Vec<String> {
 
 fn revoked_since_last_assign(w: &Worker) -> bool {
     let logs = w.logs.lock().unwrap();
-    let msg = |v: &Value| v.get("message").and_then(Value::as_str).map(str::to_string);
-    let last_assign = logs
-        .iter()
-        .rposition(|v| msg(v).as_deref() == Some("partitions assigned"));
-    let last_revoke = logs
-        .iter()
-        .rposition(|v| msg(v).as_deref() == Some("partitions revoked"));
+    let last_assign = logs.iter().rposition(|v| v["event"] == "assigned");
+    let last_revoke = logs.iter().rposition(|v| v["event"] == "revoked");
     matches!((last_assign, last_revoke), (Some(a), Some(r)) if r > a)
 }
 
@@ -343,15 +335,12 @@ async fn two_workers_in_one_group_split_partitions_and_write_everything() {
     }
     produce(&s.topic, ids(10_000)).await;
     let end = s.end_offsets();
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    while s.committed() != end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not all committed: {:?} vs {end:?}",
-            s.committed()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually(
+        Duration::from_secs(180),
+        "every offset committed",
+        || async { s.committed() == end },
+    )
+    .await;
     a.signal("TERM");
     b.signal("TERM");
     let (ca, sa) = a.wait(Duration::from_secs(60));

@@ -216,7 +216,7 @@ async fn a_batch_run_logs_progress_with_an_eta() {
         .lock()
         .unwrap()
         .iter()
-        .filter(|v| v["message"] == "progress")
+        .filter(|v| v["event"] == "progress")
         .cloned()
         .collect();
     let secs = total_wcu as f64 / 100.0;

@@ -208,6 +208,7 @@ pub async fn report(
             None if Instant::now() >= next_log => {
                 next_log += interval;
                 info!(
+                    event = "progress",
                     done = v.backlog.done,
                     total = v.backlog.total,
                     remaining = v.backlog.remaining(),

@@ -189,7 +189,7 @@ impl Writer {
                 Err(WriteError::Retryable(m)) => {
                     count(c, ctl, |c| &c.retryable_errors, 1);
                     let d = transient.next_failure();
-                    warn!(table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
+                    warn!(event = "write_retry", table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
                     remaining = joined(send, rest);
                     self.wait(ctl, d, &remaining, true).await;
                     continue;

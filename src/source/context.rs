@@ -91,7 +91,7 @@ impl ConsumerContext for Ctx {
             self.assigned_once.store(true, SeqCst);
             *self.unassigned_since.lock() = None;
             self.publish_assignment();
-            info!(partitions = %fmt_tps(&tps), "partitions assigned");
+            info!(event = "assigned", partitions = %fmt_tps(&tps), "partitions assigned");
         }
     }
 }
@@ -142,7 +142,10 @@ impl Ctx {
         }
         if consumer.assignment_lost() {
             Counters::add(&self.counters.assignments_lost, 1);
-            warn!("assignment lost (session timed out): not committing revoked partitions");
+            warn!(
+                event = "assignment_lost",
+                "assignment lost (session timed out): not committing revoked partitions"
+            );
         } else if let Err(e) = commit(consumer, &self.acks, &self.counters, Some(&tps)) {
             warn!(error = %e, "commit on revocation failed");
         }
@@ -160,7 +163,7 @@ impl Ctx {
         }
         self.acks.revoke(&tps);
         self.publish_assignment();
-        info!(partitions = %fmt_tps(&tps), "partitions revoked");
+        info!(event = "revoked", partitions = %fmt_tps(&tps), "partitions revoked");
     }
 
     pub(super) fn publish_assignment(&self) {

@@ -325,7 +325,10 @@ impl Poller {
         };
         self.commit_now(None);
         if drained {
-            info!("drained: all in-flight records written and committed");
+            info!(
+                event = "drained",
+                "drained: all in-flight records written and committed"
+            );
             SourceExit::Stopped
         } else {
             let left = ctx.acks.lock().pending_total();
@@ -390,6 +393,7 @@ pub(super) fn commit(
         .map(|((t, p), o)| format!("{t}/{p}={o}"))
         .collect();
     info!(
+        event = "commit",
         partitions = due.len(),
         offsets = %offsets.join(","),
         consumed = s.records_consumed,

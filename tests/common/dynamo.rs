@@ -1,0 +1,119 @@
+//! DynamoDB (LocalStack): the client, tables, scans.
+
+use super::*;
+
+pub async fn dynamo() -> Client {
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .endpoint_url(DYNAMODB)
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .build();
+    Client::from_conf(conf)
+}
+
+/// Creates an on-demand table keyed by `id` (S), optionally with a sort key
+/// `sk` (N).
+pub async fn create_table(client: &Client, name: &str, sort_key: bool) {
+    create_table_with(client, name, sort_key, None).await
+}
+
+/// Creates a table keyed by `id` (S) (and `sk` (N)), with provisioned write
+/// capacity `wcu`, or on demand.
+pub async fn create_table_with(client: &Client, name: &str, sort_key: bool, wcu: Option<i64>) {
+    let mut req = client
+        .create_table()
+        .table_name(name)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest);
+    if let Some(w) = wcu {
+        req = req
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::Provisioned)
+            .provisioned_throughput(
+                aws_sdk_dynamodb::types::ProvisionedThroughput::builder()
+                    .read_capacity_units(5)
+                    .write_capacity_units(w)
+                    .build()
+                    .unwrap(),
+            );
+    }
+    if sort_key {
+        req = req
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("sk")
+                    .key_type(KeyType::Range)
+                    .build()
+                    .unwrap(),
+            )
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("sk")
+                    .attribute_type(ScalarAttributeType::N)
+                    .build()
+                    .unwrap(),
+            );
+    }
+    req.send().await.expect("create table");
+}
+
+/// Every item of a table, by `id`.
+pub async fn scan(
+    client: &Client,
+    table: &str,
+) -> HashMap<String, HashMap<String, AttributeValue>> {
+    let mut out = HashMap::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        for item in page.items() {
+            let id = item["id"].as_s().expect("id is S").clone();
+            out.insert(id, item.clone());
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return out;
+        }
+    }
+}
+
+pub async fn count(client: &Client, table: &str) -> usize {
+    let mut n = 0;
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan count");
+        n += page.count() as usize;
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return n;
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! `ingest` processes: a test's setup and config, a running worker and its
+//! logs, its HTTP endpoints.
+
+use super::*;
+
+/// One HTTP/1.1 GET; returns the status code and the body.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((status, body.to_string()))
+}
+
+/// The value of one sample (`name{labels}`, exactly as rendered) in a
+/// Prometheus text exposition.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// One test's worker setup: topic, table, group, dead-letter topic, config file.
+pub struct Setup {
+    pub topic: String,
+    pub table: String,
+    pub group: String,
+    pub dlq: String,
+    pub partitions: i32,
+    pub config: PathBuf,
+}
+
+impl Setup {
+    /// Creates the topics and an on-demand table, writes a config file.
+    pub async fn new(partitions: i32, extra_route: &str) -> Setup {
+        Setup::build(partitions, extra_route, None).await
+    }
+
+    /// Like `new`, with a table of `wcu` provisioned write capacity (None: on
+    /// demand).
+    pub async fn build(partitions: i32, extra_route: &str, wcu: Option<i64>) -> Setup {
+        require_stack();
+        let s = Setup {
+            topic: unique("in"),
+            table: unique("tbl"),
+            group: unique("grp"),
+            dlq: unique("dlq"),
+            partitions,
+            config: std::env::temp_dir().join(format!("{}.toml", unique("ingest-test"))),
+        };
+        create_topics(&[(&s.topic, partitions), (&s.dlq, 1)]).await;
+        create_table_with(
+            &dynamo().await,
+            &s.table,
+            extra_route.contains("sort_key"),
+            wcu,
+        )
+        .await;
+        let toml = format!(
+            r#"
+[kafka]
+brokers = "{BROKERS}"
+group_id = "{group}"
+dead_letter_topic = "{dlq}"
+commit_interval_ms = 300
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+[dynamodb]
+endpoint_url = "{DYNAMODB}"
+region = "us-east-1"
+[[route]]
+topic = "{topic}"
+table = "{table}"
+{extra_route}
+[pipeline]
+drain_timeout_s = 30
+[log]
+format = "json"
+level = "info"
+"#,
+            group = s.group,
+            dlq = s.dlq,
+            topic = s.topic,
+            table = s.table,
+        );
+        std::fs::write(&s.config, toml).unwrap();
+        s
+    }
+
+    /// Starts `ingest run` on this setup.
+    pub fn spawn(&self, until_caught_up: bool) -> Worker {
+        self.spawn_with_env(until_caught_up, &[])
+    }
+
+    /// Starts `ingest run` with extra environment variables (config overrides).
+    pub fn spawn_with_env(&self, until_caught_up: bool, env: &[(&str, &str)]) -> Worker {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingest"));
+        cmd.arg("run").arg("--config").arg(&self.config);
+        if until_caught_up {
+            cmd.arg("--until-caught-up");
+        }
+        cmd.envs(env.iter().copied());
+        Worker::start(cmd)
+    }
+
+    pub fn committed(&self) -> Vec<i64> {
+        committed(&self.group, &self.topic, self.partitions)
+    }
+
+    /// Points the worker at another DynamoDB endpoint (a proxy).
+    pub fn use_endpoint(&self, endpoint: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, text.replace(DYNAMODB, endpoint)).unwrap();
+    }
+
+    /// Sets one of the `[kafka.properties]` the setup wrote (e.g. the
+    /// session timeout).
+    pub fn set_kafka_property(&self, key: &str, value: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{key}\" =")))
+            .unwrap_or_else(|| panic!("{key} is not among the setup's kafka.properties"))
+            .to_string();
+        let text = text.replace(&line, &format!("\"{key}\" = \"{value}\""));
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    /// Sets config keys by appending a section (e.g. "[throttle]\n...").
+    pub fn append_config(&self, toml: &str) {
+        let mut text = std::fs::read_to_string(&self.config).unwrap();
+        text.push('\n');
+        text.push_str(toml);
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn end_offsets(&self) -> Vec<i64> {
+        end_offsets(&self.topic, self.partitions)
+    }
+}
+
+/// A running `ingest` process; its stderr (JSON logs) is collected.
+pub struct Worker {
+    pub child: Child,
+    pub logs: Arc<Mutex<Vec<Value>>>,
+    stdout: Option<std::process::ChildStdout>,
+}
+
+impl Worker {
+    pub fn start(mut cmd: Command) -> Worker {
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ] {
+            // The test's own credentials, if it set some, win.
+            if !cmd.get_envs().any(|(key, _)| key == k) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn ingest");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        let stdout = child.stdout.take();
+        Worker {
+            child,
+            logs,
+            stdout,
+        }
+    }
+
+    /// The log lines with this message.
+    /// The log lines of one named event (their `event` field).
+    pub fn events(&self, name: &str) -> Vec<Value> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|v| v.get("event").and_then(Value::as_str) == Some(name))
+            .cloned()
+            .collect()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the exit (at most `timeout`); returns the code and the
+    /// summary JSON the worker printed on stdout, if any.
+    pub fn wait(mut self, timeout: Duration) -> (Option<i32>, Option<Value>) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut out = String::new();
+                if let Some(mut s) = self.stdout.take() {
+                    use std::io::Read;
+                    s.read_to_string(&mut out).unwrap();
+                }
+                let summary = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
+                return (status.code(), summary);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let logs = self.logs.lock().unwrap();
+                let tail: Vec<String> = logs.iter().rev().take(20).map(|v| v.to_string()).collect();
+                panic!(
+                    "worker did not exit within {timeout:?}; last logs:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn dump_logs(&self) -> String {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Worker {
+    /// A test that fails leaves no worker behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

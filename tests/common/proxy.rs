@@ -1,0 +1,64 @@
+//! The throttle proxy (`ingest throttle-proxy`) as a subprocess.
+
+use super::*;
+
+/// An `ingest throttle-proxy` subprocess in front of LocalStack.
+pub struct ThrottleProxy {
+    child: Child,
+    pub addr: String,
+}
+
+impl ThrottleProxy {
+    /// Starts the proxy with extra arguments (e.g. `--schedule`).
+    pub fn start(args: &[&str]) -> ThrottleProxy {
+        ThrottleProxy::start_on(&format!("127.0.0.1:{}", free_port()), args)
+    }
+
+    /// Starts the proxy on a given address.
+    pub fn start_on(addr: &str, args: &[&str]) -> ThrottleProxy {
+        let addr = addr.to_string();
+        let child = Command::new(env!("CARGO_BIN_EXE_ingest"))
+            .args(["throttle-proxy", "--listen", &addr, "--upstream", DYNAMODB])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn proxy");
+        // Owned from here on: Drop kills and reaps it.
+        let proxy = ThrottleProxy { child, addr };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(&proxy.addr).is_ok() {
+                return proxy;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("throttle proxy did not listen on {}", proxy.addr);
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// One admin request; returns the JSON body.
+    pub fn admin(&self, method: &str, path: &str) -> Value {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.addr).unwrap();
+        write!(s, "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", self.addr).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("proxy answered {text:?}: {e}"))
+    }
+
+    /// The proxy's counters for one table.
+    pub fn stats(&self, table: &str) -> Value {
+        self.admin("GET", "/_proxy/stats")["tables"][table].clone()
+    }
+}
+
+impl Drop for ThrottleProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
