@@ -16,7 +16,7 @@ use crate::offsets::TopicPartition;
 use crate::telemetry::Counters;
 use crate::throttle::control::Control;
 
-use super::progress::{backlog, Backlog, ProgressView};
+use super::estimate::{backlog, Backlog, ProgressView};
 
 /// A table as the endpoints see it.
 #[derive(Debug, Clone)]

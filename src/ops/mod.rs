@@ -6,11 +6,12 @@
 //! - [`prom`]: the Prometheus text rendering of the counters and gauges.
 //! - [`http`]: the HTTP server for `/metrics`, `/healthz` and `/readyz`.
 //! - [`progress`]: backlog, rate and ETA in `--until-caught-up` mode; a bar
-//!   on a terminal, log lines otherwise.
+//!   on a terminal, log lines otherwise; its arithmetic in [`estimate`].
 //!
 //! Deliberately not here: the counters themselves (`telemetry`, and each
 //! table's `Control`), which the pipeline owns.
 
+pub mod estimate;
 pub mod http;
 pub mod live;
 pub mod progress;

@@ -13,8 +13,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::{info, warn};
 
+use super::commit::{apply, commit};
 use super::pausing::Pausing;
-use super::poller::{apply, commit};
 use super::{fmt_tps, tps_of, Assignment};
 use crate::acks::Acks;
 use crate::offsets::TopicPartition;

@@ -27,6 +27,7 @@
 
 pub mod backlog;
 mod caught_up;
+mod commit;
 mod context;
 mod pausing;
 mod poller;

@@ -7,19 +7,19 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::backlog::{self, BacklogReader};
+use super::commit::{apply, commit};
 use super::context::Ctx;
-use super::pausing::{Plan, Want};
+use super::pausing::Want;
 use super::{starts_at_end, tps_of, SourceError, SourceExit, SourceOptions};
-use crate::acks::{Acks, RecordRef};
+use crate::acks::RecordRef;
 use crate::offsets::TopicPartition;
 use crate::record::{Charge, Record};
 use crate::telemetry::Counters;
@@ -340,67 +340,4 @@ impl Poller {
             SourceExit::DrainTimedOut
         }
     }
-}
-
-/// Pauses and resumes partitions as planned.
-pub(super) fn apply(consumer: &BaseConsumer<Ctx>, plan: &Plan) -> Result<(), KafkaError> {
-    let list = |tps: &[TopicPartition]| {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in tps {
-            tpl.add_partition(t, *p);
-        }
-        tpl
-    };
-    if !plan.pause.is_empty() {
-        consumer.pause(&list(&plan.pause))?;
-    }
-    if !plan.resume.is_empty() {
-        consumer.resume(&list(&plan.resume))?;
-    }
-    Ok(())
-}
-
-/// Commits the watermarks that moved (optionally only for some partitions).
-pub(super) fn commit(
-    consumer: &BaseConsumer<Ctx>,
-    acks: &Acks,
-    counters: &Counters,
-    only: Option<&[TopicPartition]>,
-) -> Result<(), KafkaError> {
-    let due: Vec<(TopicPartition, i64)> = acks
-        .lock()
-        .to_commit()
-        .into_iter()
-        .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
-        .collect();
-    if due.is_empty() {
-        return Ok(());
-    }
-    let mut tpl = TopicPartitionList::new();
-    for ((t, p), o) in &due {
-        tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
-    }
-    consumer.commit(&tpl, CommitMode::Sync)?;
-    let mut tracker = acks.lock();
-    for ((t, p), o) in &due {
-        tracker.mark_committed(t, *p, *o);
-    }
-    drop(tracker);
-    Counters::add(&counters.commits, 1);
-    let s = counters.snapshot();
-    let offsets: Vec<String> = due
-        .iter()
-        .map(|((t, p), o)| format!("{t}/{p}={o}"))
-        .collect();
-    info!(
-        event = "commit",
-        partitions = due.len(),
-        offsets = %offsets.join(","),
-        consumed = s.records_consumed,
-        written = s.items_written,
-        dead_lettered = s.dead_lettered,
-        throttled = s.throttled_requests,
-        "committed"
-    );
-    Ok(())
 }
