@@ -6,8 +6,9 @@
 //! the librdkafka consumer and runs its rebalance callbacks) can block until a
 //! revoked partition's in-flight records are done, with a deadline.
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::offsets::{OffsetError, OffsetTracker, TopicPartition};
 

@@ -312,8 +312,9 @@ fn without_value(mut letter: Letter, rec: &Record) -> Letter {
 #[cfg(test)]
 pub mod fake {
     use super::*;
-    use parking_lot::Mutex;
     use std::collections::VecDeque;
+
+    use parking_lot::Mutex;
 
     #[derive(Default)]
     pub struct FakeTopic {

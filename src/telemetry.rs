@@ -7,12 +7,12 @@
 //! (`ops`), at scrape time. While a progress bar is drawn on the terminal,
 //! log lines are written around it (the bar is hidden for the write).
 
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::config::{LogFormat, LogSettings};
+use parking_lot::Mutex;
+use serde::Deserialize;
 
 /// The progress bar on stderr, if one is drawn.
 static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
@@ -36,6 +36,30 @@ impl Write for AroundBar {
 
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// A level or a `tracing` filter.
+    pub level: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Human,
+            level: "info".into(),
+        }
     }
 }
 

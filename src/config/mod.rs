@@ -28,6 +28,8 @@ use serde::{Deserialize, Deserializer};
 use crate::decode::{KeyAttr, KeyMode, KeySchema, KeyType};
 use crate::throttle::StrategyConfig;
 
+/// How to log is telemetry's; the config only reads it.
+pub use crate::telemetry::{LogFormat, LogSettings};
 pub use check::check_kafka_key_schema;
 pub use env::ENV_PREFIX;
 pub use secret::{is_secret, redacted};
@@ -234,30 +236,6 @@ impl Default for ThrottleSettings {
             pacing_burst: NonZeroU32::new(25).expect("non-zero"),
             capacity_poll: Duration::from_secs(5),
             sdk_retry_mode: SdkRetryMode::Off,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Human,
-    Json,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LogSettings {
-    pub format: LogFormat,
-    /// A level or a `tracing` filter.
-    pub level: String,
-}
-
-impl Default for LogSettings {
-    fn default() -> Self {
-        Self {
-            format: LogFormat::Human,
-            level: "info".into(),
         }
     }
 }

@@ -4,11 +4,12 @@
 //! stuck. The source and the pollers write it; `/readyz`, `/metrics` and the
 //! progress report read it. The decisions are pure ([`Stall`], [`Readiness`]).
 
-use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::acks::Acks;
 use crate::congestion::Depth;

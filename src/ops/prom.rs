@@ -9,9 +9,9 @@
 //! `topic`/`partition` (the partitions held; a revoked partition's series
 //! goes). Every metric is listed in [`METRICS`] and documented in the README.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 
+use parking_lot::Mutex;
 use prometheus::{
     CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry,
     TextEncoder,

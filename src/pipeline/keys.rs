@@ -3,10 +3,10 @@
 //! (the later record wins). A claim is released when its guard drops, so a
 //! write task that fails or panics never leaves its keys locked.
 
-use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
 /// Keys of the batches in flight for one table, with the batch's id and

@@ -1,11 +1,12 @@
 //! The pipeline under tokio's paused clock: one table that never answers
 //! must not hold up another.
 
-use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use super::*;
 use crate::acks::Acks;

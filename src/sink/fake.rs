@@ -4,11 +4,11 @@
 //! Never the proof that the product works: the integration tests talk to
 //! LocalStack.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use parking_lot::Mutex;
 
 use super::{BatchOutcome, Sink, SinkFuture, TableInfo, WriteError};
 use crate::decode::Item;

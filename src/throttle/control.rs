@@ -9,11 +9,11 @@
 //! It also holds the table's own counters and its BatchWriteItem latency
 //! histogram, for the metrics endpoint.
 
-use parking_lot::Mutex;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::telemetry::Counters;

@@ -18,7 +18,6 @@
 //! clock in virtual time and asks how long to wait (`check`), so both pace
 //! with the very same limiter code.
 
-use parking_lot::RwLock;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
+use parking_lot::RwLock;
 
 type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
