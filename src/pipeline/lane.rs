@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::debug;
 
 use super::keys::KeyLocks;
 use super::{check, Done};
@@ -20,7 +19,7 @@ use crate::congestion::Depth;
 use crate::sink::batch::{Batch, Entry};
 use crate::sink::tables::Table;
 use crate::sink::writer::Writer;
-use crate::telemetry::Counters;
+use crate::telemetry::events;
 
 /// The router's end of a lane.
 #[derive(Debug)]
@@ -143,8 +142,7 @@ impl Lane {
             .expect("never closed");
         self.seed = self.seed.wrapping_add(1);
         let (writer, seed, t) = (self.writer.clone(), self.seed, self.table.clone());
-        Counters::add(&writer.counters.batches, 1);
-        debug!(table = %t.name, items = keys.len(), "batch sent");
+        events::batch_formed(&writer.counters, &t.name, keys.len());
         let claim = self.keys.claim(seed, keys);
         self.writes.spawn(async move {
             let _held = (permit, claim);

@@ -27,11 +27,10 @@
 //! Every written or dead-lettered record is acked to the offset tracker.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::batch::{Entry, Slot};
 use super::{BatchOutcome, Sink, WriteError};
@@ -39,6 +38,7 @@ use crate::acks::Acks;
 use crate::decode::{key_of, Item, KeySchema};
 use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
+use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
 use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::Control;
@@ -142,7 +142,6 @@ impl Writer {
         mut started: bool,
     ) -> Result<Left, WriteError> {
         let mut transient = Exponential::transient(seed);
-        let c = &self.counters;
         self.wait(ctl, ctl.before_call(), &remaining, started).await;
         loop {
             // Fence: nothing is sent for partitions this worker gave up.
@@ -170,26 +169,24 @@ impl Writer {
             started = true;
             let sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
             let items = send.iter().map(|s| s.item().clone()).collect();
-            count(c, ctl, |c| &c.requests, 1);
+            self.events(table, ctl).request_sent();
             let sent = tokio::time::Instant::now();
             let answer = self.sink.batch_write(table, items).await;
             ctl.observe_latency(sent.elapsed());
             let (throttled, accepted, written) = match answer {
                 Ok(outcome) => {
-                    let (todo, answered) = self.answered(send, &outcome, schema, ctl);
+                    let (todo, answered) = self.answered(table, send, &outcome, schema, ctl);
                     remaining = joined(todo, rest);
                     answered
                 }
                 Err(WriteError::Throttled(m)) => {
-                    count(c, ctl, |c| &c.throttled_requests, 1);
-                    debug!(table, error = %m, "throttled");
+                    self.events(table, ctl).throttled(&m);
                     remaining = joined(send, rest);
                     (true, 0.0, 0)
                 }
                 Err(WriteError::Retryable(m)) => {
-                    count(c, ctl, |c| &c.retryable_errors, 1);
                     let d = transient.next_failure();
-                    warn!(event = "write_retry", table, error = %m, retry_in_ms = d.as_millis() as u64, "DynamoDB write failed; retrying");
+                    self.events(table, ctl).write_retry(&m, d);
                     remaining = joined(send, rest);
                     self.wait(ctl, d, &remaining, true).await;
                     continue;
@@ -222,22 +219,21 @@ impl Writer {
     /// and returns what is left with (throttled, accepted units, written units).
     fn answered(
         &self,
+        table: &str,
         send: Vec<Slot>,
         outcome: &BatchOutcome,
         schema: &KeySchema,
         ctl: &Control,
     ) -> (Vec<Slot>, (bool, f64, u32)) {
-        let c = &self.counters;
         let left = unprocessed_keys(&outcome.unprocessed, schema);
         let (todo, done): (Vec<Slot>, Vec<Slot>) = send
             .into_iter()
             .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
         let written: u32 = done.iter().map(Slot::wcu).sum();
-        self.written(&done, ctl);
+        self.written(table, &done, ctl);
         let throttled = !todo.is_empty();
         if throttled {
-            count(c, ctl, |c| &c.throttled_requests, 1);
-            count(c, ctl, |c| &c.unprocessed_items, todo.len() as u64);
+            self.events(table, ctl).partially_processed(todo.len());
         }
         let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
         (todo, (throttled, accepted, written))
@@ -266,10 +262,8 @@ impl Writer {
         match self.dlq.send(record, reason, detail, &self.acks).await? {
             Delivery::Abandoned => self.acks.abandon(&record.at),
             delivery => {
-                warn!(reason, detail, topic = %record.at.topic, partition = record.at.partition,
-                    offset = record.at.offset, without_value = delivery == Delivery::SentWithoutValue,
-                    "record dead-lettered");
-                self.counters.dead_letter(reason);
+                let without_value = delivery == Delivery::SentWithoutValue;
+                events::dead_lettered(&self.counters, &record.at, reason, detail, without_value);
                 self.ack(record);
             }
         }
@@ -310,15 +304,22 @@ impl Writer {
             .collect()
     }
 
-    fn written(&self, slots: &[Slot], ctl: &Control) {
-        let c = &self.counters;
+    fn written(&self, table: &str, slots: &[Slot], ctl: &Control) {
+        let events = self.events(table, ctl);
         for slot in slots {
-            count(c, ctl, |c| &c.items_written, 1);
-            count(c, ctl, |c| &c.wcu_written, u64::from(slot.wcu()));
-            count(c, ctl, |c| &c.superseded, slot.entries.len() as u64 - 1);
+            events.item_written(slot.wcu(), slot.entries.len());
             for e in &slot.entries {
                 self.ack(&e.record);
             }
+        }
+    }
+
+    /// The events of `table`'s writes, counted for the process and the table.
+    fn events<'a>(&'a self, table: &'a str, ctl: &'a Control) -> TableEvents<'a> {
+        TableEvents {
+            name: table,
+            process: &self.counters,
+            table: &ctl.counts,
         }
     }
 
@@ -333,12 +334,6 @@ impl Writer {
 fn joined(mut a: Vec<Slot>, b: Vec<Slot>) -> Vec<Slot> {
     a.extend(b);
     a
-}
-
-/// Adds `n` to a counter of the process and of the table.
-fn count(process: &Counters, ctl: &Control, which: fn(&Counters) -> &AtomicU64, n: u64) {
-    Counters::add(which(process), n);
-    Counters::add(which(&ctl.counts), n);
 }
 
 /// Keys of the unprocessed items; `None` when one cannot be matched (then

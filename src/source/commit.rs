@@ -4,12 +4,11 @@
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::info;
 
 use super::pausing::Plan;
 use crate::acks::Acks;
 use crate::offsets::TopicPartition;
-use crate::telemetry::Counters;
+use crate::telemetry::{events, Counters};
 
 /// Pauses and resumes partitions as planned.
 pub(super) fn apply<C: ConsumerContext>(
@@ -58,21 +57,6 @@ pub(super) fn commit<C: ConsumerContext>(
         tracker.mark_committed(t, *p, *o);
     }
     drop(tracker);
-    Counters::add(&counters.commits, 1);
-    let s = counters.snapshot();
-    let offsets: Vec<String> = due
-        .iter()
-        .map(|((t, p), o)| format!("{t}/{p}={o}"))
-        .collect();
-    info!(
-        event = "commit",
-        partitions = due.len(),
-        offsets = %offsets.join(","),
-        consumed = s.records_consumed,
-        written = s.items_written,
-        dead_lettered = s.dead_lettered,
-        throttled = s.throttled_requests,
-        "committed"
-    );
+    events::committed(counters, &due);
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::commit::{apply, commit};
 use super::pausing::Pausing;
@@ -20,7 +20,7 @@ use crate::acks::Acks;
 use crate::offsets::TopicPartition;
 use crate::ops::live::Live;
 use crate::record::Record;
-use crate::telemetry::Counters;
+use crate::telemetry::{events, Counters};
 
 pub(super) struct Ctx {
     pub(super) acks: Arc<Acks>,
@@ -91,7 +91,7 @@ impl ConsumerContext for Ctx {
             self.assigned_once.store(true, SeqCst);
             *self.unassigned_since.lock() = None;
             self.publish_assignment();
-            info!(event = "assigned", partitions = %fmt_tps(&tps), "partitions assigned");
+            events::assigned(&fmt_tps(&tps));
         }
     }
 }
@@ -141,11 +141,7 @@ impl Ctx {
             warn!(partitions = %fmt_tps(&tps), "revoked partitions not drained in time; unwritten records will be redelivered to the next owner");
         }
         if consumer.assignment_lost() {
-            Counters::add(&self.counters.assignments_lost, 1);
-            warn!(
-                event = "assignment_lost",
-                "assignment lost (session timed out): not committing revoked partitions"
-            );
+            events::assignment_lost(&self.counters);
         } else if let Err(e) = commit(consumer, &self.acks, &self.counters, Some(&tps)) {
             warn!(error = %e, "commit on revocation failed");
         }
@@ -163,7 +159,7 @@ impl Ctx {
         }
         self.acks.revoke(&tps);
         self.publish_assignment();
-        info!(event = "revoked", partitions = %fmt_tps(&tps), "partitions revoked");
+        events::revoked(&fmt_tps(&tps));
     }
 
     pub(super) fn publish_assignment(&self) {

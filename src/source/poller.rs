@@ -22,7 +22,7 @@ use super::{starts_at_end, tps_of, SourceError, SourceExit, SourceOptions};
 use crate::acks::RecordRef;
 use crate::offsets::TopicPartition;
 use crate::record::{Charge, Record};
-use crate::telemetry::Counters;
+use crate::telemetry::{events, Counters};
 
 pub(super) struct Poller {
     pub(super) consumer: BaseConsumer<Ctx>,
@@ -168,7 +168,7 @@ impl Poller {
                 return;
             }
         };
-        Counters::add(&self.counters.records_consumed, 1);
+        events::record_consumed(&self.counters);
         let at = RecordRef {
             topic: topic.into(),
             partition,
@@ -325,10 +325,7 @@ impl Poller {
         };
         self.commit_now(None);
         if drained {
-            info!(
-                event = "drained",
-                "drained: all in-flight records written and committed"
-            );
+            events::drained();
             SourceExit::Stopped
         } else {
             let left = ctx.acks.lock().pending_total();

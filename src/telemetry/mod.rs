@@ -1,0 +1,94 @@
+//! Telemetry: log setup, the worker's counters, and the named events that
+//! count and log.
+//!
+//! Logs are structured (`tracing`), human or JSON by config, one line per
+//! batch summary (debug) or commit (info), never one per record. The counters
+//! ([`Counters`]) are plain atomics shared by the pipeline stages; the final
+//! summary and the periodic commit lines read them, and so does the
+//! Prometheus endpoint (`ops`), at scrape time. Code on the data path reports
+//! through [`events`], which is the one place that both counts and logs. While
+//! a progress bar is drawn on the terminal, log lines are written around it
+//! (the bar is hidden for the write).
+
+mod counters;
+pub mod events;
+
+pub use counters::{Counters, Snapshot};
+
+use std::io::Write;
+
+use parking_lot::Mutex;
+use serde::Deserialize;
+
+/// The progress bar on stderr, if one is drawn.
+static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+
+/// Sets (or clears) the progress bar log lines must be written around.
+pub fn set_bar(bar: Option<indicatif::ProgressBar>) {
+    *BAR.lock() = bar;
+}
+
+/// Stderr, hiding the progress bar (if any) during each write.
+struct AroundBar;
+
+impl Write for AroundBar {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let bar = BAR.lock().clone();
+        match bar {
+            Some(b) => b.suspend(|| std::io::stderr().write_all(buf).map(|()| buf.len())),
+            None => std::io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// A level or a `tracing` filter.
+    pub level: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Human,
+            level: "info".into(),
+        }
+    }
+}
+
+/// Installs the global subscriber (stderr). `RUST_LOG`, when set, wins over
+/// the configured level.
+pub fn init_logs(settings: &LogSettings) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&settings.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(|| AroundBar);
+    let _ = match settings.format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Human => builder.try_init(),
+    };
+}
+
+/// The process's peak resident memory (Linux's VmHWM), in bytes; None where
+/// it cannot be read.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
