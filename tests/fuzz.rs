@@ -9,7 +9,7 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{json, Map, Value};
 
 use ingest::decode::{decode, Coordinates, KeyAttr, KeyMode, KeySchema, KeyType};
-use ingest::proxy::wire::{item_size, request_wcu, split_batch};
+use ingest::proxy::wire::{item_size, partition_key, request_wcu, split_batch, Admit};
 
 fn cases() -> u32 {
     std::env::var("FUZZ_CASES")
@@ -127,9 +127,14 @@ fn parse_request(body: &[u8]) {
 fn exercise_request(v: &Value) {
     let _ = request_wcu(v);
     let mut budget = 3.0;
-    let _ = split_batch(v, |_, cost| {
+    let _ = split_batch(v, |_, req, cost| {
+        let _ = partition_key(req, Some("id"));
         budget -= cost;
-        budget >= 0.0
+        if budget >= 0.0 {
+            Admit::Yes
+        } else {
+            Admit::Table
+        }
     });
     if let Some(item) = v.as_object() {
         let _ = item_size(item);

@@ -206,3 +206,43 @@ async fn a_bucket_smaller_than_one_batch_shrinks_requests_not_the_rate() {
     shallow_bucket_run(1, "0.05").await;
     shallow_bucket_run(3, "0.05").await;
 }
+
+/// A hot partition: the table has room (1,000 WCU/s) but the proxy's one
+/// partition admits 20 WCU/s. Its 400 answers carry `ThrottlingReasons`
+/// `TableWriteKeyRangeThroughputExceeded` on the wire, the AWS SDK reads them,
+/// and the worker counts key-range throttles apart from the table's; every
+/// record is still written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hot_partition_throttles_by_key_range_and_the_worker_reads_the_reason() {
+    let s = Setup::build(1, "", Some(1_000)).await;
+    let proxy = ThrottleProxy::start(&["--partitions", "1", "--partition-wcu", "20"]);
+    s.use_endpoint(&proxy.endpoint());
+    let (records, total_wcu) = mixed_sizes(200);
+    produce(&s.topic, records).await;
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 200);
+    assert_eq!(s.committed(), s.end_offsets());
+    let stats = proxy.stats(&s.table);
+    let refused = u(&stats, "key_range_refused_items");
+    // The proxy counts 400 answers as throttled_requests, partial ones apart.
+    let hard = u(&stats, "throttled_requests");
+    eprintln!(
+        "hot partition at 20 WCU/s, {total_wcu} WCU: {} requests, {} throttled, {} key-range \
+         400s seen by the worker, {refused} items refused by the partition",
+        u(&summary, "requests"),
+        u(&summary, "throttled_requests"),
+        u(&summary, "key_range_throttles")
+    );
+    assert!(
+        refused > 0,
+        "the partition, not the table, refused: {stats}"
+    );
+    assert!(hard > 0, "a request found the partition empty: {stats}");
+    assert_eq!(
+        u(&summary, "key_range_throttles"),
+        hard,
+        "every 400 the proxy sent was a key-range one, and the worker read its reason"
+    );
+}

@@ -106,6 +106,14 @@ enum Command {
         /// Capacity steps after each table's first write, as seconds=wcu,...
         #[arg(long, value_parser = parse_schedule, default_value = "")]
         schedule: Schedule,
+        /// Model N partitions per table: items go to one by a hash of their
+        /// partition key, and each admits at most --partition-wcu (DynamoDB:
+        /// 1,000 WCU/s) even when the table has room.
+        #[arg(long)]
+        partitions: Option<usize>,
+        /// A partition's maximum, WCU/s (with --partitions).
+        #[arg(long, default_value_t = ingest::proxy::partitions::PARTITION_MAX_WCU)]
+        partition_wcu: f64,
     },
     /// Score throttle strategies in a simulated fleet, in virtual time
     /// (scenarios: config/scenarios/). Prints a table; writes JSON, an SVG
@@ -246,6 +254,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             burst_s,
             burst_credit_s,
             schedule,
+            partitions,
+            partition_wcu,
         } => {
             telemetry::init_logs(&human);
             let cfg = ingest::proxy::ProxyConfig {
@@ -255,6 +265,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 burst_s,
                 credit_s: burst_credit_s,
                 schedule: schedule.0,
+                partitions,
+                partition_wcu,
             };
             ingest::proxy::serve(cfg, shutdown_on_signals()).await?;
             Ok(ExitCode::SUCCESS)

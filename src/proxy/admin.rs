@@ -1,5 +1,6 @@
 //! The proxy's admin paths (`/_proxy/stats`, `/_proxy/capacity`,
-//! `/_proxy/outage`) and capacity changes pushed to and read from upstream.
+//! `/_proxy/outage`) and capacity changes: scheduled steps, and pushed to and
+//! read from upstream.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use super::bucket::Bucket;
-use super::table::set_rate;
+use super::table::{set_rate, TableState};
 use super::{respond, Proxy, Resp};
 
 impl Proxy {
@@ -114,5 +115,26 @@ impl Proxy {
         {
             warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "UpdateTable upstream failed");
         }
+    }
+
+    /// Applies due schedule steps; returns (table, wcu) changes to push upstream.
+    pub(super) fn step_schedule(
+        &self,
+        st: &mut TableState,
+        table: &str,
+        now: Duration,
+    ) -> Option<(String, f64)> {
+        let first = st.first_write?;
+        let mut change = None;
+        while let Some(&(at, wcu)) = self.cfg.schedule.get(st.next_step) {
+            if now < first + Duration::from_secs_f64(at) {
+                break;
+            }
+            st.next_step += 1;
+            set_rate(st, wcu, now);
+            info!(table, wcu, "capacity step (schedule)");
+            change = Some((table.to_string(), wcu));
+        }
+        change
     }
 }

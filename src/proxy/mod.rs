@@ -21,6 +21,7 @@
 
 mod admin;
 pub mod bucket;
+pub mod partitions;
 mod table;
 pub mod wire;
 
@@ -44,8 +45,9 @@ use tracing::{info, warn};
 
 use crate::sink::dynamodb::Dynamo;
 use bucket::Bucket;
+use partitions::Partitions;
 pub use table::TableStats;
-use table::{count_for, set_rate, TableState};
+use table::{count_for, TableState};
 
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -59,6 +61,10 @@ pub struct ProxyConfig {
     pub credit_s: f64,
     /// (seconds after a table's first write, new WCU).
     pub schedule: Vec<(f64, f64)>,
+    /// Partitions per table, each capped at `partition_wcu` (None: the
+    /// table's bucket only).
+    pub partitions: Option<usize>,
+    pub partition_wcu: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,8 +138,8 @@ fn respond(status: StatusCode, body: String) -> Resp {
         .expect("valid response")
 }
 
-fn throttled() -> Resp {
-    let mut r = respond(StatusCode::BAD_REQUEST, wire::throttle_body());
+fn throttled(reasons: &[(String, &'static str)]) -> Resp {
+    let mut r = respond(StatusCode::BAD_REQUEST, wire::throttle_body(reasons));
     r.headers_mut().insert(
         "x-amzn-errortype",
         "ProvisionedThroughputExceededException"
@@ -195,17 +201,20 @@ impl Proxy {
         if self.tables.lock().contains_key(table) {
             return;
         }
-        let wcu = match self.cfg.wcu {
-            Some(w) => Some(w),
-            None => match self.dynamo.describe(table).await {
-                Ok(info) => info.capacity,
-                Err(e) => {
-                    warn!(table, error = %e, "cannot read the table's capacity; not limiting it");
-                    None
-                }
-            },
+        let info = self.dynamo.describe(table).await;
+        let wcu = match (&info, self.cfg.wcu) {
+            (_, Some(w)) => Some(w),
+            (Ok(info), None) => info.capacity,
+            (Err(e), None) => {
+                warn!(table, error = %e, "cannot read the table's capacity; not limiting it");
+                None
+            }
         };
         let now = self.now();
+        let partitions = self
+            .cfg
+            .partitions
+            .map(|n| Partitions::new(n, self.cfg.partition_wcu, self.cfg.burst_s, now));
         let state = TableState {
             bucket: wcu.map(|w| Bucket::new(w, self.cfg.burst_s, self.cfg.credit_s, now)),
             stats: TableStats::default(),
@@ -214,29 +223,10 @@ impl Proxy {
             rates: wcu.map(|w| vec![(now, w)]).unwrap_or_default(),
             initial_tokens: 0.0,
             next_step: 0,
+            partitions,
+            hash_key: info.ok().map(|i| i.key.hash.name),
         };
         self.tables.lock().entry(table.to_string()).or_insert(state);
-    }
-
-    /// Applies due schedule steps; returns (table, wcu) changes to push upstream.
-    fn step_schedule(
-        &self,
-        st: &mut TableState,
-        table: &str,
-        now: Duration,
-    ) -> Option<(String, f64)> {
-        let first = st.first_write?;
-        let mut change = None;
-        while let Some(&(at, wcu)) = self.cfg.schedule.get(st.next_step) {
-            if now < first + Duration::from_secs_f64(at) {
-                break;
-            }
-            st.next_step += 1;
-            set_rate(st, wcu, now);
-            info!(table, wcu, "capacity step (schedule)");
-            change = Some((table.to_string(), wcu));
-        }
-        change
     }
 
     async fn batch_write(&self, parts: hyper::http::request::Parts, body: Bytes) -> Resp {
@@ -264,7 +254,7 @@ impl Proxy {
                 st.stats.throttled_items += count_for(&split.withheld, t);
                 st.second(now)[2] += 1.0;
             }
-            return throttled();
+            return throttled(&split.reasons);
         }
         let forward = Value::Object(split.forward.clone()).to_string();
         let resp = self.forward(&parts, Bytes::from(forward)).await;
@@ -297,9 +287,9 @@ impl Proxy {
             st.stats.requests += 1;
             pushes.extend(self.step_schedule(st, t, now));
         }
-        let split = wire::split_batch(json, |table, cost| {
+        let split = wire::split_batch(json, |table, req, cost| {
             map.get_mut(table)
-                .is_none_or(|st| st.bucket.as_mut().is_none_or(|b| b.try_take(cost, now)))
+                .map_or(wire::Admit::Yes, |st| st.admit(req, cost, now))
         });
         (split, pushes)
     }
@@ -349,9 +339,8 @@ impl Proxy {
             return self.forward(&parts, body).await;
         };
         self.ensure_table(&table).await;
-        let cost = wire::request_wcu(
-            &json!({"PutRequest": {"Item": json.get("Item").cloned().unwrap_or(json!({}))}}),
-        );
+        let req = json!({"PutRequest": {"Item": json.get("Item").cloned().unwrap_or(json!({}))}});
+        let cost = wire::request_wcu(&req);
         let now = self.now();
         let admitted = {
             let mut map = self.tables.lock();
@@ -361,15 +350,17 @@ impl Proxy {
                 st.initial_tokens = st.bucket.as_mut().map_or(0.0, |b| b.available(now));
             }
             st.stats.requests += 1;
-            let ok = st.bucket.as_mut().is_none_or(|b| b.try_take(cost, now));
-            if !ok {
+            let admit = st.admit(&req, cost, now);
+            if admit != wire::Admit::Yes {
                 st.stats.throttled_requests += 1;
                 st.stats.throttled_items += 1;
             }
-            ok
+            admit
         };
-        if !admitted {
-            return throttled();
+        match admitted {
+            wire::Admit::Yes => {}
+            wire::Admit::Table => return throttled(&[(table, wire::TABLE_WRITE_PROVISIONED)]),
+            wire::Admit::KeyRange => return throttled(&[(table, wire::TABLE_WRITE_KEY_RANGE)]),
         }
         let resp = self.forward(&parts, body).await;
         let mut map = self.tables.lock();

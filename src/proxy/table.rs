@@ -6,6 +6,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::bucket::Bucket;
+use super::partitions::Partitions;
+use super::wire::{partition_key, Admit};
 
 /// Per-table counters, as served on `/_proxy/stats`.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -19,6 +21,9 @@ pub struct TableStats {
     pub unprocessed_items: u64,
     /// Items of requests answered 400 (throttled whole).
     pub throttled_items: u64,
+    /// Items refused by their partition's maximum while the table had room
+    /// (`--partitions`), whether answered 400 or unprocessed.
+    pub key_range_refused_items: u64,
     /// Capacity in force (from the bucket, filled in when served).
     pub wcu: Option<f64>,
     pub offered_wcu: f64,
@@ -39,9 +44,33 @@ pub(super) struct TableState {
     pub(super) rates: Vec<(Duration, f64)>,
     pub(super) initial_tokens: f64,
     pub(super) next_step: usize,
+    /// The partition model, with `--partitions`.
+    pub(super) partitions: Option<Partitions>,
+    /// The partition key's name, to place items in partitions.
+    pub(super) hash_key: Option<String>,
 }
 
 impl TableState {
+    /// Takes a write request's `cost` from the table's bucket, then from its
+    /// partition's (giving the table's back if the partition refuses).
+    pub(super) fn admit(&mut self, req: &Value, cost: f64, now: Duration) -> Admit {
+        if !self.bucket.as_mut().is_none_or(|b| b.try_take(cost, now)) {
+            return Admit::Table;
+        }
+        let Some(parts) = self.partitions.as_mut() else {
+            return Admit::Yes;
+        };
+        let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
+        if parts.try_take(p, cost, now) {
+            return Admit::Yes;
+        }
+        if let Some(b) = self.bucket.as_mut() {
+            b.refund(cost);
+        }
+        self.stats.key_range_refused_items += 1;
+        Admit::KeyRange
+    }
+
     /// The timeline slot for `now` (seconds since the first write).
     pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 4] {
         let start = self.first_write.unwrap_or(now);

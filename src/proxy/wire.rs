@@ -4,17 +4,60 @@
 
 use serde_json::{json, Map, Value};
 
-/// The body DynamoDB sends with HTTP 400 when a table is over capacity.
+/// The error DynamoDB answers with HTTP 400 when a write is over capacity.
 pub const THROTTLE_TYPE: &str =
     "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException";
 
-pub fn throttle_body() -> String {
+/// `ThrottlingReasons` of a table over its provisioned capacity.
+pub const TABLE_WRITE_PROVISIONED: &str = "TableWriteProvisionedThroughputExceeded";
+/// `ThrottlingReasons` of a partition (key range) over its own maximum.
+pub const TABLE_WRITE_KEY_RANGE: &str = "TableWriteKeyRangeThroughputExceeded";
+
+/// The ARN DynamoDB names a table by in `ThrottlingReasons` (the proxy does
+/// not know the region or account; LocalStack's account is all zeros).
+pub fn table_arn(table: &str) -> String {
+    format!("arn:aws:dynamodb:us-east-1:000000000000:table/{table}")
+}
+
+/// The body of a throttled write, with one `ThrottlingReasons` entry per
+/// (table, reason): the JSON 1.0 protocol's shape for
+/// ProvisionedThroughputExceededException (`reason`, `resource`; AWS SDKs
+/// read them as `throttling_reasons()`).
+pub fn throttle_body(reasons: &[(String, &'static str)]) -> String {
+    let reasons: Vec<Value> = reasons
+        .iter()
+        .map(|(table, reason)| json!({"reason": reason, "resource": table_arn(table)}))
+        .collect();
     json!({
         "__type": THROTTLE_TYPE,
         "message": "The level of configured provisioned throughput for the table was exceeded. \
                     Consider increasing your provisioning level with the UpdateTable API.",
+        "ThrottlingReasons": reasons,
     })
     .to_string()
+}
+
+/// Whether a write request fits, and if not, what refused it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Yes,
+    /// The table's capacity.
+    Table,
+    /// The item's partition (its key range).
+    KeyRange,
+}
+
+/// The partition-key value of a write request as JSON text (`{"S":"a"}`),
+/// or the whole item when the key's name is unknown.
+pub fn partition_key(req: &Value, hash_key: Option<&str>) -> String {
+    let item = req
+        .pointer("/PutRequest/Item")
+        .or_else(|| req.pointer("/DeleteRequest/Key"));
+    match (item, hash_key) {
+        (Some(item), Some(k)) => item.get(k).map_or_else(String::new, Value::to_string),
+        (Some(item), None) => item.to_string(),
+        (None, _) => String::new(),
+    }
 }
 
 /// Size of an item in wire JSON (`{"name": {"S": "..."}, ...}`), counted as
@@ -67,25 +110,38 @@ pub struct Split {
     /// WCU taken, per table (to refund if the forward fails).
     pub taken: Vec<(String, f64)>,
     pub accepted_items: usize,
+    /// Per table, the first reason an item was refused for (a refusal by
+    /// the table's capacity wins over one by a key range).
+    pub reasons: Vec<(String, &'static str)>,
 }
 
-/// Splits a BatchWriteItem body: for each write request in order, `take(table,
-/// cost)` says whether capacity was available.
-pub fn split_batch(body: &Value, mut take: impl FnMut(&str, f64) -> bool) -> Split {
+/// Splits a BatchWriteItem body: for each write request in order,
+/// `take(table, request, cost)` says whether capacity was available.
+pub fn split_batch(body: &Value, mut take: impl FnMut(&str, &Value, f64) -> Admit) -> Split {
     let mut out = Split::default();
     let mut forward_items = Map::new();
     if let Some(tables) = body.get("RequestItems").and_then(Value::as_object) {
         for (table, reqs) in tables {
             let (mut keep, mut hold) = (Vec::new(), Vec::new());
             let mut taken = 0.0;
+            let mut reason = None;
             for req in reqs.as_array().into_iter().flatten() {
                 let cost = request_wcu(req);
-                if take(table, cost) {
-                    taken += cost;
-                    keep.push(req.clone());
-                } else {
-                    hold.push(req.clone());
+                match take(table, req, cost) {
+                    Admit::Yes => {
+                        taken += cost;
+                        keep.push(req.clone());
+                        continue;
+                    }
+                    Admit::Table => reason = Some(TABLE_WRITE_PROVISIONED),
+                    Admit::KeyRange => {
+                        reason = reason.or(Some(TABLE_WRITE_KEY_RANGE));
+                    }
                 }
+                hold.push(req.clone());
+            }
+            if let Some(r) = reason {
+                out.reasons.push((table.clone(), r));
             }
             out.accepted_items += keep.len();
             if !keep.is_empty() {
@@ -145,12 +201,12 @@ mod tests {
         let body = json!({"RequestItems": {"t": [put("a", 10), put("b", 2000), put("c", 10)]},
                           "ReturnConsumedCapacity": "TOTAL"});
         let mut budget = 2.0;
-        let split = split_batch(&body, |_, cost| {
+        let split = split_batch(&body, |_, _, cost| {
             if cost <= budget {
                 budget -= cost;
-                true
+                Admit::Yes
             } else {
-                false
+                Admit::Table
             }
         });
         assert_eq!(
@@ -170,8 +226,38 @@ mod tests {
     }
 
     #[test]
-    fn the_throttle_body_is_dynamodbs() {
-        let v: Value = serde_json::from_str(&throttle_body()).unwrap();
+    fn the_throttle_body_is_dynamodbs_with_its_reasons() {
+        let body = throttle_body(&[("t".into(), TABLE_WRITE_KEY_RANGE)]);
+        let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["__type"], THROTTLE_TYPE);
+        assert_eq!(
+            v["ThrottlingReasons"][0],
+            json!({"reason": "TableWriteKeyRangeThroughputExceeded",
+                   "resource": "arn:aws:dynamodb:us-east-1:000000000000:table/t"})
+        );
+    }
+
+    #[test]
+    fn a_refusal_by_the_table_wins_over_one_by_a_key_range() {
+        let body = json!({"RequestItems": {
+            "a": [put("x", 1), put("y", 1)],
+            "b": [put("z", 1)]}});
+        let split = split_batch(&body, |table, req, _| {
+            match (table, partition_key(req, Some("id")).as_str()) {
+                ("a", "{\"S\":\"x\"}") => Admit::KeyRange,
+                ("a", _) => Admit::Table,
+                _ => Admit::KeyRange,
+            }
+        });
+        assert_eq!(split.accepted_items, 0);
+        assert_eq!(
+            split.reasons,
+            vec![
+                ("a".to_string(), TABLE_WRITE_PROVISIONED),
+                ("b".to_string(), TABLE_WRITE_KEY_RANGE)
+            ]
+        );
+        // Without the key's name, the whole item is the key.
+        assert!(partition_key(&put("q", 1), None).contains("\"q\""));
     }
 }

@@ -16,9 +16,10 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::{BatchOutcome, Sink, SinkFuture, TableInfo, WriteError};
+use super::{BatchOutcome, Sink, SinkFuture, TableInfo, ThrottleScope, WriteError};
 use crate::config::{DynamoSettings, SdkRetryMode};
 use crate::decode::{Item, KeyAttr, KeySchema, KeyType};
+use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
 
 /// Error codes DynamoDB uses for capacity throttling.
 const THROTTLE_CODES: &[&str] = &[
@@ -202,7 +203,13 @@ impl Dynamo {
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
-            .map_err(|e| self.classify(e, &format!("BatchWriteItem {table}")))?;
+            .map_err(|e| {
+                let scope = throttle_scope(&e);
+                match self.classify(e, &format!("BatchWriteItem {table}")) {
+                    WriteError::Throttled(m, _) => WriteError::Throttled(m, scope),
+                    other => other,
+                }
+            })?;
         let unprocessed = out
             .unprocessed_items()
             .and_then(|m| m.get(table))
@@ -260,10 +267,23 @@ impl Sink for Dynamo {
     }
 }
 
+/// What a BatchWriteItem throttle's `ThrottlingReasons` say was exceeded.
+fn throttle_scope(err: &SdkError<BatchWriteItemError>) -> ThrottleScope {
+    let reasons = match err.as_service_error() {
+        Some(BatchWriteItemError::ProvisionedThroughputExceededException(e)) => {
+            e.throttling_reasons()
+        }
+        Some(BatchWriteItemError::ThrottlingException(e)) => e.throttling_reasons(),
+        Some(BatchWriteItemError::RequestLimitExceeded(e)) => e.throttling_reasons(),
+        _ => &[],
+    };
+    ThrottleScope::of(reasons.iter().filter_map(|r| r.reason()))
+}
+
 /// The decision table for errors DynamoDB answered.
 fn classify_service(status: u16, code: &str, text: String) -> WriteError {
     if THROTTLE_CODES.contains(&code) || status == 429 {
-        WriteError::Throttled(text)
+        WriteError::Throttled(text, ThrottleScope::Table)
     } else if TABLE_CONDITION_CODES.contains(&code) {
         WriteError::Fatal(format!(
             "{text} (an item collection reached DynamoDB's 10 GB limit: delete items of that partition key or drop the local secondary index, then restart)"
@@ -282,15 +302,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn throttling_reasons_give_the_throttles_scope() {
+        use ThrottleScope::*;
+        assert_eq!(ThrottleScope::of([]), Table, "no reason: the table");
+        assert_eq!(
+            ThrottleScope::of(["TableWriteKeyRangeThroughputExceeded"]),
+            KeyRange
+        );
+        assert_eq!(
+            ThrottleScope::of([
+                "TableWriteKeyRangeThroughputExceeded",
+                "TableWriteProvisionedThroughputExceeded"
+            ]),
+            Table,
+            "the table's capacity wins"
+        );
+        assert_eq!(
+            ThrottleScope::of(["TableWriteMaxOnDemandThroughputExceeded"]),
+            Ceiling
+        );
+        assert_eq!(
+            ThrottleScope::of(["IndexWriteAccountLimitExceeded"]),
+            Ceiling
+        );
+        assert_eq!(ThrottleScope::of(["SomethingNew"]), Table);
+    }
+
+    #[test]
     fn service_errors_map_to_what_the_caller_does_next() {
         let c = |s, code: &str| classify_service(s, code, String::new());
         assert!(matches!(
             c(400, "ProvisionedThroughputExceededException"),
-            WriteError::Throttled(_)
+            WriteError::Throttled(..)
         ));
         assert!(matches!(
             c(400, "ThrottlingException"),
-            WriteError::Throttled(_)
+            WriteError::Throttled(..)
         ));
         assert!(matches!(
             c(400, "ValidationException"),

@@ -30,9 +30,10 @@ pub mod writer;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
     /// Capacity exceeded (ProvisionedThroughputExceeded, ThrottlingException,
-    /// RequestLimitExceeded): back off, then retry.
-    #[error("throttled: {0}")]
-    Throttled(String),
+    /// RequestLimitExceeded): back off, then retry. The scope is what
+    /// DynamoDB's `ThrottlingReasons` say was exceeded.
+    #[error("throttled ({1}): {0}")]
+    Throttled(String, ThrottleScope),
     /// Network failure, timeout, 5xx: retry after a backoff.
     #[error("transient failure: {0}")]
     Retryable(String),
@@ -44,6 +45,50 @@ pub enum WriteError {
     /// the worker without committing what was not written.
     #[error("fatal: {0}")]
     Fatal(String),
+}
+
+/// What a throttle says was exceeded, from its `ThrottlingReasons`
+/// (`{Table|Index}Write{ProvisionedThroughputExceeded|KeyRangeThroughputExceeded|
+/// AccountLimitExceeded|MaxOnDemandThroughputExceeded}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThrottleScope {
+    /// The table's (or an index's) provisioned capacity, or no reason given.
+    Table,
+    /// A key range (a partition) over its own maximum while the table has
+    /// room: only the records of those keys should slow down.
+    KeyRange,
+    /// An account limit or the table's on-demand maximum: a ceiling, not a
+    /// level to probe past.
+    Ceiling,
+}
+
+impl ThrottleScope {
+    /// The scope of a throttle given its reasons: a ceiling if any reason is
+    /// one, else the table if any reason is the table's capacity, else a key
+    /// range if every reason is one; the table when none is given.
+    pub fn of<'a>(reasons: impl IntoIterator<Item = &'a str>) -> Self {
+        let reasons: Vec<&str> = reasons.into_iter().collect();
+        if reasons
+            .iter()
+            .any(|r| r.contains("AccountLimit") || r.contains("MaxOnDemand"))
+        {
+            ThrottleScope::Ceiling
+        } else if !reasons.is_empty() && reasons.iter().all(|r| r.contains("KeyRange")) {
+            ThrottleScope::KeyRange
+        } else {
+            ThrottleScope::Table
+        }
+    }
+}
+
+impl std::fmt::Display for ThrottleScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ThrottleScope::Table => "table",
+            ThrottleScope::KeyRange => "key range",
+            ThrottleScope::Ceiling => "account or on-demand maximum",
+        })
+    }
 }
 
 /// The outcome of one BatchWriteItem call that DynamoDB answered with 200.

@@ -141,7 +141,7 @@ async fn describe_patiently(
     let mut backoff = Exponential::transient(seed);
     loop {
         let answer = sink.describe(table).await;
-        let Err(e @ (WriteError::Retryable(_) | WriteError::Throttled(_))) = &answer else {
+        let Err(e @ (WriteError::Retryable(_) | WriteError::Throttled(..))) = &answer else {
             return answer;
         };
         let delay = backoff.next_failure();

@@ -33,7 +33,7 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::batch::{Entry, Slot};
-use super::{BatchOutcome, Sink, WriteError};
+use super::{BatchOutcome, Sink, ThrottleScope, WriteError};
 use crate::acks::Acks;
 use crate::decode::{key_of, Item, KeySchema};
 use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
@@ -179,8 +179,10 @@ impl Writer {
                     remaining = joined(todo, rest);
                     answered
                 }
-                Err(WriteError::Throttled(m)) => {
-                    self.events(table, ctl).throttled(&m);
+                Err(WriteError::Throttled(m, scope)) => {
+                    let key_range = scope == ThrottleScope::KeyRange;
+                    self.events(table, ctl)
+                        .throttled(&m, &scope.to_string(), key_range);
                     remaining = joined(send, rest);
                     (true, 0.0, 0)
                 }

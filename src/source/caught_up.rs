@@ -8,6 +8,8 @@
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
 use tracing::{info, warn};
 
 use super::backlog::GroupView;
@@ -15,10 +17,27 @@ use super::fmt_behind;
 use super::poller::{Poller, REBALANCE_STALL};
 use super::SourceExit;
 use crate::offsets::{OffsetTracker, TopicPartition};
+use crate::telemetry::events;
 
 /// A done batch worker waits at most this many drain timeouts for a group
 /// whose other partitions do not move before it leaves.
 const STALLED_GROUP_WAITS: u32 = 4;
+
+/// A worker that holds nothing and has had no assignment for this long since
+/// it joined or lost its partitions leaves the group and joins again.
+pub(super) const REJOIN_AFTER: Duration = Duration::from_secs(90);
+
+/// Whether a worker unassigned for `unassigned_for` (None: it has an
+/// assignment, maybe empty) rejoins the group. Pure.
+///
+/// A coordinator that never completes a rebalance for a member (seen with
+/// tansu: a member left without partitions for minutes while the others
+/// were done) must not keep it idle forever; leaving and joining again
+/// makes the coordinator rebalance. A member that was given an empty
+/// assignment (more members than partitions) is not stuck and stays.
+pub(super) fn should_rejoin(unassigned_for: Option<Duration>, holds_nothing: bool) -> bool {
+    holds_nothing && unassigned_for.is_some_and(|d| d >= REJOIN_AFTER)
+}
 
 /// What a batch worker whose own partitions are done does, `waited` after it
 /// got there. Pure: the caller passes what it saw of the group.
@@ -164,6 +183,21 @@ impl Poller {
         }
     }
 
+    /// Leaves the group and joins again when [`should_rejoin`] says so.
+    pub(super) fn rejoin_if_stuck(&mut self) -> Result<(), KafkaError> {
+        let since = *self.ctx().unassigned_since.lock();
+        let waited = since.map(|t| t.elapsed());
+        if !should_rejoin(waited, self.holds_nothing()) {
+            return Ok(());
+        }
+        events::rejoin(waited.unwrap_or_default());
+        self.consumer.unsubscribe();
+        let topics: Vec<&str> = self.opts.topics.iter().map(String::as_str).collect();
+        self.consumer.subscribe(&topics)?;
+        *self.ctx().unassigned_since.lock() = Some(Instant::now());
+        Ok(())
+    }
+
     /// Every assigned partition written up to its end offset (not yet committed).
     pub(super) fn caught_up(&self) -> bool {
         self.reached(|t, tp| t.watermark(&tp.0, tp.1))
@@ -202,6 +236,18 @@ mod tests {
     use super::*;
 
     const DRAIN: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn only_a_worker_left_without_any_assignment_for_long_rejoins() {
+        let s = Duration::from_secs;
+        assert!(!should_rejoin(None, true), "an empty assignment is one");
+        assert!(!should_rejoin(Some(s(89)), true));
+        assert!(should_rejoin(Some(s(90)), true));
+        assert!(
+            !should_rejoin(Some(s(600)), false),
+            "records still in flight: the drain finishes first"
+        );
+    }
 
     #[test]
     fn a_done_worker_leaves_when_the_group_is_done_or_moves_without_it() {

@@ -106,6 +106,7 @@ impl Poller {
                 self.opts.live.kafka_ok();
             }
             self.warn_if_rebalance_stalls();
+            self.rejoin_if_stuck()?;
             if self.opts.until_caught_up && self.holds_nothing() && self.group_caught_up() {
                 // Nothing of the job is left to anyone, whatever this
                 // worker's place in the group: a rebalance that never

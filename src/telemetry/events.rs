@@ -52,10 +52,15 @@ impl TableEvents<'_> {
         );
     }
 
-    /// The call was refused whole (ProvisionedThroughputExceeded and kin).
-    pub fn throttled(&self, error: &str) {
+    /// The call was refused whole (ProvisionedThroughputExceeded and kin);
+    /// `scope`: what its reasons say was exceeded (`key_range`: a hot
+    /// partition, not the table).
+    pub fn throttled(&self, error: &str, scope: &str, key_range: bool) {
         self.add(|c| &c.throttled_requests, 1);
-        debug!(table = self.name, error, "throttled");
+        if key_range {
+            self.add(|c| &c.key_range_throttles, 1);
+        }
+        debug!(table = self.name, error, scope, "throttled");
     }
 
     /// The call failed transiently (network, 5xx); retried after `retry_in`.
@@ -141,6 +146,16 @@ pub fn assigned(partitions: &str) {
 /// A rebalance took `partitions` from this worker.
 pub fn revoked(partitions: &str) {
     info!(event = "revoked", partitions, "partitions revoked");
+}
+
+/// No assignment for `waited` while holding nothing: the worker leaves the
+/// group and joins again.
+pub fn rejoin(waited: Duration) {
+    warn!(
+        event = "rejoin",
+        waited_s = waited.as_secs(),
+        "no assignment for this long while holding nothing: leaving the group and joining again"
+    );
 }
 
 /// At shutdown, everything in flight was written and committed.

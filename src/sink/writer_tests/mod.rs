@@ -9,7 +9,7 @@ use crate::decode::{decode, Coordinates, KeyAttr, KeyMode, KeyType};
 use crate::dlq::fake::FakeTopic;
 use crate::sink::batch::Batch;
 use crate::sink::fake::{id_of, unprocessed, FakeSink, Script};
-use crate::sink::BatchOutcome;
+use crate::sink::{BatchOutcome, ThrottleScope};
 use crate::throttle::simple::ExponentialConfig;
 use crate::throttle::StrategyConfig;
 
@@ -128,7 +128,10 @@ fn tp() -> [(String, i32); 1] {
 }
 
 fn throttled() -> WriteError {
-    WriteError::Throttled("ProvisionedThroughputExceededException".into())
+    WriteError::Throttled(
+        "ProvisionedThroughputExceededException".into(),
+        ThrottleScope::Table,
+    )
 }
 
 /// Answers the first `k` calls with `error()`, then writes everything.
