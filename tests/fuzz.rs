@@ -1,8 +1,8 @@
 //! Bounded fuzzing on stable Rust (proptest): the record decoder and the
 //! throttle proxy's request parser never panic, on arbitrary bytes and on
 //! JSON shaped like what they expect. `make test` runs 2,000 cases per
-//! target; `make fuzz` runs 100,000 (`FUZZ_CASES`). Failures are saved under
-//! `proptest-regressions/` and replayed first on every run.
+//! target; `make fuzz` runs 100,000 (`FUZZ_CASES`). Failures are saved in
+//! `tests/fuzz.regressions` (next to this file) and replayed first on every run.
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;

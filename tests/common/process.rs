@@ -123,6 +123,13 @@ level = "info"
         committed(&self.group, &self.topic, self.partitions)
     }
 
+    /// The group's committed offsets, or None when the broker does not
+    /// answer within `timeout` (a mid-run sample may then be skipped).
+    pub fn committed_within(&self, timeout: Duration) -> Option<Vec<i64>> {
+        let reader = group_reader(&self.group);
+        committed_by(&reader, &self.topic, self.partitions, timeout)
+    }
+
     /// Points the worker at another DynamoDB endpoint (a proxy).
     pub fn use_endpoint(&self, endpoint: &str) {
         let text = std::fs::read_to_string(&self.config).unwrap();
