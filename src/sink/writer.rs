@@ -181,8 +181,7 @@ impl Writer {
                 }
                 Err(WriteError::Throttled(m, scope)) => {
                     let key_range = scope == ThrottleScope::KeyRange;
-                    self.events(table, ctl)
-                        .throttled(&m, &scope.to_string(), key_range);
+                    self.events(table, ctl).throttled(&m, &scope, key_range);
                     remaining = joined(send, rest);
                     (true, 0.0, 0)
                 }

@@ -55,12 +55,12 @@ impl TableEvents<'_> {
     /// The call was refused whole (ProvisionedThroughputExceeded and kin);
     /// `scope`: what its reasons say was exceeded (`key_range`: a hot
     /// partition, not the table).
-    pub fn throttled(&self, error: &str, scope: &str, key_range: bool) {
+    pub fn throttled(&self, error: &str, scope: &dyn std::fmt::Display, key_range: bool) {
         self.add(|c| &c.throttled_requests, 1);
         if key_range {
             self.add(|c| &c.key_range_throttles, 1);
         }
-        debug!(table = self.name, error, scope, "throttled");
+        debug!(table = self.name, error, %scope, "throttled");
     }
 
     /// The call failed transiently (network, 5xx); retried after `retry_in`.

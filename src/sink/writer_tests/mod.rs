@@ -266,14 +266,19 @@ async fn a_merged_key_is_replayed_record_by_record() {
     assert_eq!(s.watermark(), Some(2));
 }
 
+/// A partial answer: the first `k` items written, the rest unprocessed.
+fn admitting_first(k: usize, items: &[Item]) -> BatchOutcome {
+    let admitted: Vec<String> = items.iter().take(k).map(id_of).collect();
+    unprocessed(items, |id| !admitted.iter().any(|a| a == id))
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_partial_answer_sizes_the_following_requests_and_a_rejected_piece_spares_the_rest() {
     // The table admits 3 of the 10 items of the first request; later, the
     // request holding k7 is rejected.
     let script: Script = Box::new(|n, items| {
         if n == 0 {
-            let admitted: Vec<String> = items.iter().take(3).map(id_of).collect();
-            return Ok(unprocessed(items, |id| !admitted.iter().any(|a| a == id)));
+            return Ok(admitting_first(3, items));
         }
         if items.iter().any(|i| id_of(i) == "k7") {
             return Err(WriteError::Rejected("ValidationException: bad item".into()));
@@ -316,8 +321,7 @@ async fn a_table_with_indexes_sizes_requests_by_the_items_own_cost() {
     // first answer writes 3 of 10 items and reports 12 WCU consumed.
     let script: Script = Box::new(|n, items| {
         if n == 0 {
-            let admitted: Vec<String> = items.iter().take(3).map(id_of).collect();
-            let mut out = unprocessed(items, |id| !admitted.iter().any(|a| a == id));
+            let mut out = admitting_first(3, items);
             out.consumed_wcu = Some(12.0);
             return Ok(out);
         }
