@@ -298,18 +298,23 @@ impl Proxy {
     /// gives the capacity back when it failed.
     fn settle(&self, split: &wire::Split, tables: &[String], ok: bool, now: Duration) {
         let mut map = self.tables.lock();
+        if !ok {
+            // Every forwarded request gives back what it took, from the
+            // table's bucket and from its partition's.
+            let forwarded = split.forward["RequestItems"].as_object();
+            for (t, reqs) in forwarded.into_iter().flatten() {
+                let st = map.get_mut(t).expect("ensured");
+                for req in reqs.as_array().into_iter().flatten() {
+                    st.refund(req, wire::request_wcu(req));
+                }
+            }
+            return;
+        }
         for (t, cost) in &split.taken {
             let st = map.get_mut(t).expect("ensured");
-            if ok {
-                st.stats.accepted_wcu += cost;
-                st.last_accept = Some(self.now());
-                st.second(now)[1] += cost;
-            } else if let Some(b) = st.bucket.as_mut() {
-                b.refund(*cost);
-            }
-        }
-        if !ok {
-            return;
+            st.stats.accepted_wcu += cost;
+            st.last_accept = Some(self.now());
+            st.second(now)[1] += cost;
         }
         for t in tables {
             let st = map.get_mut(t).expect("ensured");
@@ -369,8 +374,8 @@ impl Proxy {
             st.stats.accepted_items += 1;
             st.stats.accepted_wcu += cost;
             st.last_accept = Some(self.now());
-        } else if let Some(b) = st.bucket.as_mut() {
-            b.refund(cost);
+        } else {
+            st.refund(&req, cost);
         }
         resp
     }

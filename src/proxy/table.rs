@@ -71,6 +71,18 @@ impl TableState {
         Admit::KeyRange
     }
 
+    /// Gives back what an admitted request took (upstream failed it): to
+    /// the table's bucket and to its partition's.
+    pub(super) fn refund(&mut self, req: &Value, cost: f64) {
+        if let Some(b) = self.bucket.as_mut() {
+            b.refund(cost);
+        }
+        if let Some(parts) = self.partitions.as_mut() {
+            let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
+            parts.refund(p, cost);
+        }
+    }
+
     /// The timeline slot for `now` (seconds since the first write).
     pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 4] {
         let start = self.first_write.unwrap_or(now);
@@ -114,4 +126,33 @@ pub(super) fn count_for(withheld: &serde_json::Map<String, Value>, table: &str) 
         .get(table)
         .and_then(Value::as_array)
         .map_or(0, |a| a.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_refund_gives_room_back_to_the_partition_too() {
+        let t0 = Duration::ZERO;
+        let mut st = TableState {
+            bucket: Some(Bucket::new(100.0, 1.0, 0.0, t0)),
+            stats: TableStats::default(),
+            first_write: None,
+            last_accept: None,
+            rates: Vec::new(),
+            initial_tokens: 0.0,
+            next_step: 0,
+            partitions: Some(Partitions::new(1, 2.0, 1.0, t0)),
+            hash_key: Some("id".into()),
+        };
+        let req = json!({"PutRequest": {"Item": {"id": {"S": "a"}}}});
+        assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);
+        assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);
+        assert_eq!(st.admit(&req, 1.0, t0), Admit::KeyRange, "partition full");
+        // Upstream failed one of them: its partition has room again.
+        st.refund(&req, 1.0);
+        assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);
+    }
 }

@@ -107,7 +107,7 @@ pub struct Split {
     pub forward: Map<String, Value>,
     /// Write requests held back, per table, to return as UnprocessedItems.
     pub withheld: Map<String, Value>,
-    /// WCU taken, per table (to refund if the forward fails).
+    /// WCU taken, per table (accepted once upstream writes them).
     pub taken: Vec<(String, f64)>,
     pub accepted_items: usize,
     /// Per table, the first reason an item was refused for (a refusal by
