@@ -68,6 +68,11 @@ pub struct Server {
     pub report_remaining: Option<bool>,
     #[serde(default)]
     pub schedule: Vec<Step>,
+    /// dynamodb: units per second another writer (the live application)
+    /// takes from the table, steadily and first. The clients are told the
+    /// whole capacity; utilization is measured against what is left.
+    #[serde(default)]
+    pub foreign_per_s: f64,
 }
 
 /// A capacity change at `at_s` (auto scaling).
@@ -262,6 +267,14 @@ impl Scenario {
         }
         if sv.model == Model::TokenBucket && sv.capacity.is_none() {
             return bad("server.capacity: required for model = \"token-bucket\"".into());
+        }
+        if !(sv.foreign_per_s >= 0.0 && sv.foreign_per_s < sv.refill_per_s)
+            || (sv.foreign_per_s > 0.0 && sv.model != Model::Dynamodb)
+        {
+            return bad(format!(
+                "server.foreign_per_s = {}: must be >= 0, below refill_per_s, and only for model = \"dynamodb\"",
+                sv.foreign_per_s
+            ));
         }
         if sv.model == Model::Dynamodb && sv.refill_per_s <= 0.0 {
             return bad("server.refill_per_s: must be > 0 for model = \"dynamodb\"".into());

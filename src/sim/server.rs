@@ -55,6 +55,8 @@ pub struct Server {
     offered: f64,
     offered_until: Duration,
     accepted: f64,
+    /// What another writer takes from the refill, units/s (dynamodb).
+    foreign: f64,
 }
 
 impl Answer {
@@ -80,8 +82,9 @@ impl Server {
                 (kind, tokens)
             }
             Model::Dynamodb => {
-                let rate = cfg.refill_per_s;
-                let size = cfg.capacity.unwrap_or(rate);
+                // The other writer's steady share never reaches the bucket.
+                let rate = cfg.refill_per_s - cfg.foreign_per_s;
+                let size = cfg.capacity.unwrap_or(cfg.refill_per_s) * rate / cfg.refill_per_s;
                 let mut b = Bucket::new(rate, size / rate, cfg.burst_credit_s, Duration::ZERO);
                 let full = b.available(Duration::ZERO);
                 let initial = cfg.initial.unwrap_or(full).min(full);
@@ -98,6 +101,7 @@ impl Server {
             offered: initial,
             offered_until: Duration::ZERO,
             accepted: 0.0,
+            foreign: cfg.foreign_per_s,
         }
     }
 
@@ -115,14 +119,16 @@ impl Server {
             offered: units,
             offered_until: Duration::ZERO,
             accepted: 0.0,
+            foreign: 0.0,
         }
     }
 
-    /// The refill rate in force, units per second.
+    /// The refill rate in force (the provisioned capacity, as DescribeTable
+    /// reports it), units per second.
     pub fn refill(&self) -> f64 {
         match &self.kind {
             Kind::Tokens(t) => t.refill,
-            Kind::Dynamo(b) => b.rate(),
+            Kind::Dynamo(b) => b.rate() + self.foreign,
         }
     }
 
@@ -148,7 +154,7 @@ impl Server {
                 }
                 Kind::Dynamo(b) => {
                     if let Some(r) = step.refill_per_s.or(step.capacity) {
-                        b.set_rate(r, at);
+                        b.set_rate((r - self.foreign).max(0.0), at);
                     }
                 }
             }
@@ -158,7 +164,8 @@ impl Server {
 
     fn account(&mut self, now: Duration) {
         if now > self.offered_until {
-            self.offered += self.refill() * (now - self.offered_until).as_secs_f64();
+            let free = self.refill() - self.foreign;
+            self.offered += free * (now - self.offered_until).as_secs_f64();
             self.offered_until = now;
         }
     }
@@ -239,7 +246,23 @@ mod tests {
             burst_credit_s: 0.0,
             report_remaining: None,
             schedule: Vec::new(),
+            foreign_per_s: 0.0,
         }
+    }
+
+    #[test]
+    fn a_neighbour_takes_its_share_of_the_refill_first() {
+        let mut c = cfg(Model::Dynamodb, None, 200.0);
+        c.foreign_per_s = 60.0;
+        let mut sv = Server::new(&c, false);
+        assert_eq!(sv.refill(), 200.0, "DescribeTable shows the whole capacity");
+        // Asking for 200 units every second: 140 fit, once the bucket
+        // (scaled to 140 units) has been drained.
+        let mut written = 0;
+        for t in 1..=10 {
+            written = sv.request(&[1.0; 200], s(t as f64)).accepted_items();
+        }
+        assert_eq!(written, 140);
     }
 
     #[test]

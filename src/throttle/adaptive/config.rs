@@ -54,6 +54,20 @@ pub struct AdaptiveConfig {
     pub size_hold_s: f64,
     /// Growth of the request size per full answer after the hold.
     pub size_grow: f64,
+    /// Two congestion events below the fair share within this many seconds
+    /// say the table has less free than the share (another writer, a hot
+    /// key range): the rate then stops climbing straight back to the share
+    /// (fast recovery) until this long passes without such an event, and
+    /// probes as CUBIC does instead. 0 disables.
+    pub settle_s: f64,
+    /// While settled, seconds to climb back to the rate of the last event
+    /// (instead of `probe_s`): the table's free capacity is known to be
+    /// about there, so it is probed more slowly.
+    pub settle_probe_s: f64,
+    /// The longest a settle lasts (each after the first doubles).
+    pub settle_max_s: f64,
+    /// While settled, the multiplicative decrease on a congestion event.
+    pub settle_decrease: f64,
 }
 
 impl Default for AdaptiveConfig {
@@ -81,6 +95,10 @@ impl Default for AdaptiveConfig {
             slow_below: 0.5,
             size_hold_s: 30.0,
             size_grow: 1.25,
+            settle_s: 30.0,
+            settle_probe_s: 90.0,
+            settle_max_s: 600.0,
+            settle_decrease: 0.8,
         }
     }
 }
@@ -142,6 +160,17 @@ impl AdaptiveConfig {
                 self.size_hold_s, self.size_grow
             )
         })?;
+        ensure(
+            (0.0..=3_600.0).contains(&self.settle_s)
+                && self.settle_probe_s > 0.0
+                && self.settle_max_s >= self.settle_s,
+            || {
+                format!(
+                    "settle_s = {}, settle_probe_s = {}, settle_max_s = {}: must be in [0, 3600], > 0 and >= settle_s",
+                    self.settle_s, self.settle_probe_s, self.settle_max_s
+                )
+            },
+        )?;
         ensure((0.0..=10.0).contains(&self.start_splay), || {
             format!("start_splay = {}: must be in [0, 10]", self.start_splay)
         })?;

@@ -29,6 +29,20 @@
 //!   capacity x share) the rate climbs back linearly within `fast_recovery_s`:
 //!   a throttle there is a transient (peers starting, bursts coinciding), not
 //!   less capacity. Above it, CUBIC probes slowly.
+//! - **Unless throttles there repeat.** A second congestion event at or
+//!   below the fair share within `settle_s` of the first says the table has
+//!   less free than the share: another writer (the live application, a
+//!   second job) or a hot key range. Climbing straight back would meet it
+//!   again every few seconds, so the rate settles: no fast recovery until
+//!   `settle_s` passes without such an event (or the capacity or share
+//!   changes); it probes as CUBIC does from the level of the last event, but
+//!   over `settle_probe_s`, and cuts by `settle_decrease`, so the table's
+//!   bucket (which the other writer keeps low) fills again. Each settle
+//!   after the first lasts twice as long, up to `settle_max_s`: a writer that
+//!   stays teaches the controller to stay under it. Not when the server has
+//!   shown it admits less than a quarter second of the share at once: there
+//!   throttles below the share are requests meeting peers' in a shallow
+//!   bucket, which fast recovery handles better.
 //! - **Slow start.** Before the first congestion event, with no capacity known
 //!   (on-demand tables), the rate doubles every second while it is used.
 //! - **Never inflate when idle.** The rate grows only while the client uses most
@@ -65,6 +79,13 @@ use super::{Feedback, Metrics, Strategy};
 pub use config::AdaptiveConfig;
 use size::RequestSize;
 
+/// A server that admits at once less than this many seconds of a client's
+/// fair share has a shallow bucket (see `note_event`).
+const SHALLOW_S: f64 = 0.25;
+
+/// A change of capacity x share by more than this fraction ends a settle.
+const SETTLE_RESET: f64 = 0.1;
+
 #[derive(Debug, Clone)]
 pub struct Adaptive {
     cfg: AdaptiveConfig,
@@ -90,6 +111,14 @@ pub struct Adaptive {
     started: bool,
     /// How much one request may carry.
     size: RequestSize,
+    /// The last congestion event below the fair share.
+    last_below: Option<Duration>,
+    /// Until when the rate does not climb straight back to the fair share.
+    settled_until: Option<Duration>,
+    /// How long the next settle lasts: `settle_s`, doubled by each settle
+    /// after the first (up to `settle_max_s`) until the capacity or share
+    /// changes. A writer that stays teaches the controller to stay under it.
+    settle_for: Duration,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -103,6 +132,7 @@ impl Adaptive {
     pub fn with_seed(cfg: AdaptiveConfig, seed: u64) -> Self {
         let window = Duration::from_secs_f64(cfg.window_ms / 1e3);
         Self {
+            settle_for: Duration::from_secs_f64(cfg.settle_s),
             rate: cfg.start_rate,
             size: RequestSize::new(Duration::from_secs_f64(cfg.size_hold_s), cfg.size_grow),
             cfg,
@@ -117,6 +147,8 @@ impl Adaptive {
             levels: VecDeque::new(),
             known: (None, None),
             started: false,
+            last_below: None,
+            settled_until: None,
             rng: SmallRng::seed_from_u64(seed),
             metrics: Metrics::default(),
         }
@@ -146,6 +178,17 @@ impl Adaptive {
             return; // no partitions now: keep the rate for when work returns
         }
         let e = c * share.min(1.0);
+        if self
+            .expected
+            .is_some_and(|prev| (e / prev - 1.0).abs() > SETTLE_RESET)
+        {
+            // A new capacity or share: what the throttles taught is stale.
+            // (Shares by backlog drift by a few percent every few seconds;
+            // only a real change resets it.)
+            self.last_below = None;
+            self.settled_until = None;
+            self.settle_for = Duration::from_secs_f64(self.cfg.settle_s);
+        }
         match self.expected {
             None if self.w_max.is_none() => self.rate = e * self.cfg.target_fraction,
             // More capacity (or a larger share): scale up, so a fleet at its
@@ -168,10 +211,54 @@ impl Adaptive {
         self.expected = Some(e);
     }
 
-    /// The CUBIC curve: w_max * decrease at t = 0, w_max at t = probe_s.
-    fn cubic(&self, w_max: f64, t: f64) -> f64 {
-        let k = self.cfg.probe_s;
-        let c3 = w_max * (1.0 - self.cfg.decrease) / k.powi(3);
+    /// A congestion event at `level` (units/s): a second one at or below
+    /// the fair share within `settle_s` settles the rate (see the module
+    /// doc); each settle after the first lasts twice as long.
+    fn note_event(&mut self, now: Duration, level: f64, fair: Option<f64>) {
+        let window = Duration::from_secs_f64(self.cfg.settle_s);
+        let Some(fair) = fair.filter(|f| level <= 1.001 * f && !window.is_zero()) else {
+            return;
+        };
+        if self
+            .size
+            .admits_at_once()
+            .is_some_and(|p| p < SHALLOW_S * fair)
+        {
+            // The server admits little at once: throttles below the share
+            // are requests meeting peers' in a shallow bucket, not less
+            // free capacity (ingest sim, shallow-bucket, 3 clients: 40%
+            // utilization instead of 67% when these settled the rate).
+            return;
+        }
+        let settled = self.settled_until.is_some_and(|u| now < u);
+        if settled
+            || self
+                .last_below
+                .is_some_and(|t| now.saturating_sub(t) <= window)
+        {
+            if !settled && self.settled_until.is_some() {
+                let max = Duration::from_secs_f64(self.cfg.settle_max_s);
+                self.settle_for = (self.settle_for * 2).min(max.max(window));
+            }
+            self.settled_until = Some(now + self.settle_for);
+        }
+        self.last_below = Some(now);
+    }
+
+    /// The multiplicative decrease of an event at `at`: deeper while settled,
+    /// so that the table's bucket, which the other writer keeps low, fills
+    /// again before the next probe.
+    fn decrease(&self, at: Duration) -> f64 {
+        if self.settled_until.is_some_and(|u| at < u) {
+            self.cfg.settle_decrease
+        } else {
+            self.cfg.decrease
+        }
+    }
+
+    /// The CUBIC curve: w_max * decrease at t = 0, w_max at t = k.
+    fn cubic(&self, w_max: f64, t: f64, k: f64, decrease: f64) -> f64 {
+        let c3 = w_max * (1.0 - decrease) / k.powi(3);
         c3 * (t - k).powi(3) + w_max
     }
 
@@ -249,20 +336,32 @@ impl Strategy for Adaptive {
                 } else {
                     self.rate
                 };
+                let decrease = self.decrease(fb.now);
+                self.note_event(fb.now, base, fair);
                 self.w_max = Some(base);
-                self.rate = base * self.cfg.decrease;
+                self.rate = base * decrease;
                 self.last_decrease = Some(fb.now);
                 self.metrics.went_down += 1;
             }
         } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
+            let settled = self.settled_until.is_some_and(|u| fb.now < u);
             self.rate = match (self.w_max, since, fair) {
                 // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
-                (_, _, Some(f)) if self.rate < f => {
+                (_, _, Some(f)) if self.rate < f && !settled => {
                     let step = f * (1.0 - self.cfg.decrease) / self.cfg.fast_recovery_s;
                     (self.rate + step * dt).min(f)
                 }
-                (Some(w), Some(t), _) => self.cubic(w, t.as_secs_f64()).max(self.rate),
+                (Some(w), Some(t), _) => {
+                    // Settled: the level of the last event is left slowly.
+                    let k = if settled {
+                        self.cfg.settle_probe_s
+                    } else {
+                        self.cfg.probe_s
+                    };
+                    let d = self.decrease(fb.now - t);
+                    self.cubic(w, t.as_secs_f64(), k, d).max(self.rate)
+                }
                 // No congestion seen yet (slow start): double per second.
                 _ => self.rate * (1.0 + dt),
             };

@@ -11,13 +11,17 @@
 //! of 10 WCU). Requests shrink instead:
 //!
 //! - a partial answer to a request larger than any size proven since (the
-//!   first partial answer, those of regrowth), or one that comes while the
-//!   client paces far below its share of the capacity, is a *size* signal:
+//!   largest admitted whole, or what the last size signal admitted: so the
+//!   first partial answer to a batch larger than any written whole, and
+//!   those of regrowth), or one that comes while the client paces far below
+//!   its share of the capacity, is a *size* signal:
 //!   the server admitted `accepted` units at once, so requests carry at most
 //!   that much from now on (and always one whole item), for `hold` at least;
 //!   the rate controller does not cut for it;
 //! - a partial answer to a request within the proven size, at a normal rate,
-//!   is a rate signal (the server's bucket was low, not small): the rate
+//!   is a rate signal (the server's bucket was low, not small: the server
+//!   has admitted as much at once before; another writer or our own pace
+//!   emptied it): the rate
 //!   controller cuts, and requests halve at most, down to half the proven
 //!   size (smaller ones fit peers' coinciding requests better, but cost more
 //!   calls than they save below that);
@@ -36,12 +40,15 @@ const UNLIMITED: f64 = 10_000.0;
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestSize {
     limit: Option<f64>,
-    /// What the last partial answer admitted at once (None: none yet, or
-    /// the limit grew back to a whole batch since).
+    /// The most the server has shown it admits at once: what the last size
+    /// signal admitted, raised by every larger request admitted whole since
+    /// (None: no answer yet).
     proven: Option<f64>,
     hold: Duration,
     grow: f64,
     hold_until: Duration,
+    /// A size signal has been seen.
+    limited: bool,
 }
 
 impl RequestSize {
@@ -52,12 +59,20 @@ impl RequestSize {
             hold,
             grow,
             hold_until: Duration::ZERO,
+            limited: false,
         }
     }
 
     /// The most units one request should carry (None: a whole batch).
     pub fn limit(&self) -> Option<f64> {
         self.limit
+    }
+
+    /// The most the server has shown it admits at once, once a partial
+    /// answer has shown it admits less than was asked (None: no sign of a
+    /// limit yet).
+    pub fn admits_at_once(&self) -> Option<f64> {
+        self.proven.filter(|_| self.limited)
     }
 
     /// One answer: `sent` units asked for, `accepted` written; `slow`: the
@@ -84,6 +99,7 @@ impl RequestSize {
                 // The server admitted this much at once.
                 self.limit = Some(admitted);
                 self.proven = Some(admitted);
+                self.limited = true;
             } else {
                 // Within the proven size: its bucket was low, not small.
                 // Smaller requests fit peers' coinciding ones better, down
@@ -98,13 +114,13 @@ impl RequestSize {
             self.hold_until = now + self.hold;
             return true;
         }
+        if accepted >= sent && sent > 0.0 {
+            self.proven = Some(self.proven.map_or(sent, |p| p.max(sent)));
+        }
         if let Some(l) = self.limit {
             if now >= self.hold_until && sent >= 0.8 * l {
                 let next = l * self.grow;
                 self.limit = (next < UNLIMITED).then_some(next);
-                if self.limit.is_none() {
-                    self.proven = None;
-                }
             }
         }
         false
@@ -171,6 +187,20 @@ mod tests {
         assert_eq!(s.limit(), Some(3.0));
         assert!(s.observe(ms(80), 4.0, 2.0, true, false), "above it: size");
         assert_eq!(s.limit(), Some(2.0));
+    }
+
+    #[test]
+    fn a_partial_answer_to_a_size_admitted_whole_before_is_a_rate_signal() {
+        // Another writer (or our own pace) emptied a deep bucket: the
+        // server has admitted 50 units at once before, so a partial answer
+        // to 50 says the rate is too high, not the request too large.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
+        assert!(!s.observe(ms(500), 50.0, 3.0, true, false), "a rate signal");
+        assert_eq!(s.limit(), Some(30.0), "halved at most, to half of 60");
+        // A request larger than any admitted whole is still a size probe.
+        assert!(s.observe(ms(600), 80.0, 20.0, true, false));
+        assert_eq!(s.limit(), Some(20.0));
     }
 
     #[test]
