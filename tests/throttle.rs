@@ -249,3 +249,50 @@ async fn a_hot_partition_throttles_by_key_range_and_the_worker_reads_the_reason(
         "every 400 the proxy sent was a key-range one, and the worker read its reason"
     );
 }
+
+/// A budget is a ceiling for the whole job: with `budget_fraction = 0.5` on
+/// a 200 WCU/s table, two workers together write at most about 100 WCU/s
+/// (each paces at most budget x its share), leaving the rest to whoever
+/// else writes to the table, and are never throttled doing so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_holds_the_whole_job_under_its_fraction_of_the_capacity() {
+    let s = Setup::build(4, "budget_fraction = 0.5", Some(200)).await;
+    let proxy = ThrottleProxy::start(&[]);
+    s.use_endpoint(&proxy.endpoint());
+    let (records, total_wcu) = mixed_sizes(1_500);
+    produce(&s.topic, records).await;
+    let running: Vec<Worker> = (0..2).map(|_| s.spawn(true)).collect();
+    let mut throttled = 0;
+    for w in running {
+        let (code, summary) = w.wait(Duration::from_secs(300));
+        let summary = summary.expect("summary");
+        assert_eq!(code, Some(0), "{summary}");
+        throttled += u(&summary, "throttled_requests");
+        let budget = summary["tables"][0]["budget"].as_f64();
+        assert_eq!(
+            budget,
+            Some(100.0),
+            "the summary states the budget: {summary}"
+        );
+    }
+    assert_eq!(count(&dynamo().await, &s.table).await, 1_500);
+    assert_eq!(s.committed(), s.end_offsets());
+    let st = proxy.stats(&s.table);
+    let used = st["accepted_wcu"].as_f64().unwrap() / st["offered_wcu"].as_f64().unwrap();
+    eprintln!(
+        "budget 50% of 200 WCU/s, 2 workers, {total_wcu} WCU: {:.1}% of the capacity used, \
+         {throttled} throttled requests",
+        100.0 * used
+    );
+    // The bucket starts full (1 s of capacity) and the pacers release 25
+    // WCU at once: a little over half at most, over a run of ~25 s.
+    assert!(
+        used <= 0.56,
+        "the job used {:.1}% of the table",
+        100.0 * used
+    );
+    assert_eq!(
+        throttled, 0,
+        "a budget below the capacity is never throttled"
+    );
+}

@@ -197,6 +197,11 @@ fn throttle(s: &Settings) -> Result<(), ConfigError> {
     }
     let burst = u64::from(t.pacing_burst.get());
     in_range("throttle.pacing_burst", burst, 1, 100_000)?;
+    let named = |at: String| move |(k, v, rule)| invalid(format!("{at}.{k}"), v, rule);
+    t.budget().validate().map_err(named("throttle".into()))?;
+    for (i, r) in s.routes.iter().enumerate() {
+        r.budget.validate().map_err(named(format!("route[{i}]")))?;
+    }
     s_in("throttle.capacity_poll_s", t.capacity_poll, 0, 3_600)
 }
 

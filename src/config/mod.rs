@@ -26,6 +26,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::decode::{KeyAttr, KeyMode, KeySchema, KeyType};
+use crate::throttle::budget::Budget;
 use crate::throttle::StrategyConfig;
 
 /// How to log is telemetry's; the config only reads it.
@@ -132,6 +133,9 @@ pub struct Route {
     pub key_mode: KeyMode,
     /// The key schema if configured; otherwise read with DescribeTable.
     pub key: Option<KeySchema>,
+    /// The most the job may write to the table (with `[throttle]`'s, the
+    /// lowest applies).
+    pub budget: Budget,
 }
 
 /// A `[[route]]` as written in the file: the key in four flat keys.
@@ -148,6 +152,8 @@ struct RouteFile {
     sort_key: Option<String>,
     #[serde(default = "number")]
     sort_key_type: KeyType,
+    budget_fraction: Option<f64>,
+    budget_wcu: Option<f64>,
 }
 
 impl TryFrom<RouteFile> for Route {
@@ -173,6 +179,10 @@ impl TryFrom<RouteFile> for Route {
             table: r.table,
             key_mode: r.key_mode,
             key,
+            budget: Budget {
+                fraction: r.budget_fraction,
+                wcu: r.budget_wcu,
+            },
         })
     }
 }
@@ -226,6 +236,32 @@ pub struct ThrottleSettings {
     #[serde(rename = "capacity_poll_s", deserialize_with = "secs")]
     pub capacity_poll: Duration,
     pub sdk_retry_mode: SdkRetryMode,
+    /// The most the job writes to each table, as a fraction of its
+    /// provisioned capacity (a `[[route]]` may set a lower one).
+    pub budget_fraction: Option<f64>,
+    /// The most the job writes to each table, WCU/s.
+    pub budget_wcu: Option<f64>,
+}
+
+impl ThrottleSettings {
+    /// The budget `[throttle]` sets for every table.
+    pub fn budget(&self) -> Budget {
+        Budget {
+            fraction: self.budget_fraction,
+            wcu: self.budget_wcu,
+        }
+    }
+}
+
+impl Settings {
+    /// The budget on `table`: the lowest of `[throttle]`'s and those of the
+    /// routes writing to it.
+    pub fn budget_for(&self, table: &str) -> Budget {
+        self.routes
+            .iter()
+            .filter(|r| r.table == table)
+            .fold(self.throttle.budget(), |b, r| b.min(r.budget))
+    }
 }
 
 impl Default for ThrottleSettings {
@@ -236,6 +272,8 @@ impl Default for ThrottleSettings {
             pacing_burst: NonZeroU32::new(25).expect("non-zero"),
             capacity_poll: Duration::from_secs(5),
             sdk_retry_mode: SdkRetryMode::Off,
+            budget_fraction: None,
+            budget_wcu: None,
         }
     }
 }

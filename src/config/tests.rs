@@ -206,3 +206,25 @@ fn serde_errors_name_the_key_path() {
     let e = load(&format!("{MINIMAL}\nkey_mod = \"kafka\""), &[]).unwrap_err();
     assert!(e.to_string().contains("unknown field `key_mod`"), "{e}");
 }
+
+#[test]
+fn budgets_apply_per_table_and_the_lowest_wins() {
+    let text = format!(
+        "{MINIMAL}    budget_wcu = 80\n    [[route]]\n    topic = \"more\"\n    table = \"orders\"\n    budget_fraction = 0.4\n    [[route]]\n    topic = \"users\"\n    table = \"users\"\n"
+    );
+    let s = load(&text, &[("INGEST__THROTTLE__BUDGET_FRACTION", "0.5")]).unwrap();
+    let orders = s.budget_for("orders");
+    assert_eq!((orders.fraction, orders.wcu), (Some(0.4), Some(80.0)));
+    let users = s.budget_for("users");
+    assert_eq!((users.fraction, users.wcu), (Some(0.5), None));
+    let e = load(MINIMAL, &[("INGEST__THROTTLE__BUDGET_FRACTION", "1.5")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config key `throttle.budget_fraction` = 1.5: must be in (0, 1]"
+    );
+    let e = load(&format!("{MINIMAL}    budget_wcu = -1\n"), &[]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config key `route[0].budget_wcu` = -1.0: must be > 0 (WCU per second)"
+    );
+}

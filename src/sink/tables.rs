@@ -75,6 +75,7 @@ pub async fn resolve_routes(
         table,
         key_mode,
         key,
+        ..
     } in &settings.routes
     {
         let resolved = match tables.get(table) {
@@ -99,6 +100,7 @@ pub async fn resolve_routes(
                 let th = &settings.throttle;
                 let strategy = th.strategy.build(seed ^ tables.len() as u64);
                 let control = Control::new(strategy, th.pacing_rate, th.pacing_burst)
+                    .with_budget(settings.budget_for(table))
                     .with_latency(exporter.map(|e| e.latency(table)));
                 control.set_capacity(info.capacity);
                 let t = Arc::new(Table {
@@ -116,7 +118,15 @@ pub async fn resolve_routes(
                 rule,
             })?;
         }
-        info!(topic, table, key = %resolved.schema, "route ready");
+        let budget = settings.budget_for(table);
+        info!(
+            topic,
+            table,
+            key = %resolved.schema,
+            budget_fraction = budget.fraction,
+            budget_wcu = budget.wcu,
+            "route ready"
+        );
         routes.insert(
             topic.clone(),
             Resolved {

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::telemetry::Counters;
+use crate::throttle::budget::Budget;
 use crate::throttle::pace::Pacer;
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
@@ -29,6 +30,8 @@ pub struct Control {
     strategy: Mutex<Box<dyn Strategy>>,
     pacer: Pacer,
     fixed_rate: Option<f64>,
+    /// The most the job may write to the table (see [`Budget`]).
+    budget: Budget,
     capacity: Mutex<Option<f64>>,
     /// This worker's share of the table (by the backlog of the partitions
     /// feeding it; see `source::Assignment::share`).
@@ -57,6 +60,8 @@ pub struct ControlReport {
     pub pacing_rate: Option<f64>,
     pub current_delay_s: f64,
     pub capacity: Option<f64>,
+    /// The job's budget on the table, WCU/s (None: no budget).
+    pub budget: Option<f64>,
     pub share: Option<f64>,
     pub slept_s: f64,
     pub max_sleep_s: f64,
@@ -70,6 +75,7 @@ impl Control {
             strategy: Mutex::new(strategy),
             pacer: Pacer::new(rate, burst),
             fixed_rate,
+            budget: Budget::default(),
             capacity: Mutex::new(None),
             share: Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
@@ -86,6 +92,13 @@ impl Control {
     /// Resolves after a throttle (at once if one came since the last call).
     pub async fn throttled(&self) {
         self.throttled.notified().await;
+    }
+
+    /// Never lets the job write more than `budget` to the table.
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self.steer(None);
+        self
     }
 
     /// Records BatchWriteItem latencies into `h`.
@@ -118,11 +131,37 @@ impl Control {
         self.hint();
     }
 
+    /// The capacity the strategy is told: the table's, or the budget if
+    /// lower.
+    fn capacity_seen(&self) -> Option<f64> {
+        self.budget.capacity_seen(*self.capacity.lock())
+    }
+
     /// Tells the strategy the capacity and share as now known.
     fn hint(&self) {
-        let capacity = *self.capacity.lock();
+        let capacity = self.capacity_seen();
         let share = *self.share.lock();
         self.strategy.lock().hint(capacity, share);
+        if !self.budget.is_none() {
+            let size = self.strategy.lock().max_request_units();
+            self.steer(size);
+        }
+    }
+
+    /// Sets the pacer to the strategy's rate (or the fixed one), never above
+    /// the budget x this worker's share.
+    fn steer(&self, size: Option<f64>) {
+        let rate = self.strategy.lock().rate().or(self.fixed_rate);
+        let cap = self
+            .budget
+            .worker_cap(*self.capacity.lock(), *self.share.lock());
+        let rate = match (rate, cap) {
+            (Some(r), Some(c)) => Some(r.min(c)),
+            (r, c) => r.or(c),
+        };
+        if rate.is_some() {
+            self.pacer.steer(rate, burst_for(size));
+        }
     }
 
     /// Delay before a new batch's first attempt.
@@ -159,7 +198,7 @@ impl Control {
         written_units: f64,
     ) -> Duration {
         let now = self.now();
-        let capacity = *self.capacity.lock();
+        let capacity = self.capacity_seen();
         let share = *self.share.lock();
         let remaining = self
             .accepted
@@ -181,14 +220,14 @@ impl Control {
         }
         let mut s = self.strategy.lock();
         let delay = s.after_attempt(&fb);
-        let rate = s.rate();
+        let steers = s.rate().is_some();
         let size = s.max_request_units();
         drop(s);
         // A request size smaller than the burst also bounds the burst, so
         // requests sized to what the server admits at once do not leave
         // back to back (only rate strategies size their requests).
-        if rate.is_some() {
-            self.pacer.steer(rate, burst_for(size));
+        if steers || !self.budget.is_none() {
+            self.steer(size);
         }
         delay
     }
@@ -201,12 +240,14 @@ impl Control {
     }
 
     pub fn report(&self) -> ControlReport {
+        let capacity = *self.capacity.lock();
         let s = self.strategy.lock();
         ControlReport {
             strategy: s.name(),
             pacing_rate: self.pacer.rate().or(self.fixed_rate),
             current_delay_s: s.current_delay().as_secs_f64(),
-            capacity: *self.capacity.lock(),
+            capacity,
+            budget: self.budget.limit(capacity),
             share: *self.share.lock(),
             slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
@@ -253,6 +294,35 @@ mod tests {
         );
         assert_eq!(c.report().pacing_rate, Some(50.0));
         assert_eq!(c.report().metrics.went_up, 1);
+    }
+
+    #[test]
+    fn the_budget_caps_any_strategy_at_its_share() {
+        // Adaptive is told the budget as the capacity: 98% of 100 x 0.5.
+        let half = Budget {
+            fraction: Some(0.5),
+            wcu: None,
+        };
+        let c = Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(half);
+        c.set_capacity(Some(200.0));
+        c.set_share(Some(0.5));
+        c.after_attempt(false, 25.0, 25.0, 25.0);
+        assert_eq!(c.report().pacing_rate, Some(49.0));
+        assert_eq!(c.report().budget, Some(100.0));
+        assert_eq!(c.report().capacity, Some(200.0), "the table's own");
+        // A delay strategy with a fixed rate above it is held to 20 x 1.
+        let cfg: StrategyConfig = toml::from_str::<toml::Value>(r#"name = "autosleeper""#)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let abs = Budget {
+            fraction: None,
+            wcu: Some(20.0),
+        };
+        let c = Control::new(cfg.build(1), Some(50.0), burst()).with_budget(abs);
+        assert_eq!(c.report().pacing_rate, Some(20.0), "before any call");
+        c.after_attempt(true, 0.0, 25.0, 0.0);
+        assert_eq!(c.report().pacing_rate, Some(20.0));
     }
 
     #[test]

@@ -19,11 +19,14 @@
 //! - [`adaptive`]: this project's rate controller (AIMD on the pacing rate,
 //!   driven by throttles, accepted capacity and the table's capacity), with
 //!   its settings and its level-steered mode in files of their own.
+//! - [`budget`]: the most the job may write to a table (a ceiling the
+//!   control applies over any strategy).
 //! - [`window`]: the accepted rate over a sliding window, shared by the
 //!   adaptive controller, the per-table control and the simulator.
 
 pub mod adaptive;
 pub mod autosleeper;
+pub mod budget;
 pub mod control;
 pub mod heroku;
 pub mod pace;
