@@ -182,6 +182,9 @@ impl Writer {
                 Err(WriteError::Throttled(m, scope)) => {
                     let key_range = scope == ThrottleScope::KeyRange;
                     self.events(table, ctl).throttled(&m, &scope, key_range);
+                    if scope == ThrottleScope::Ceiling {
+                        ctl.note_ceiling();
+                    }
                     remaining = joined(send, rest);
                     (true, 0.0, 0)
                 }

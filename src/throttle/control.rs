@@ -164,6 +164,13 @@ impl Control {
         }
     }
 
+    /// The next throttle reported named an account limit or an on-demand
+    /// maximum (see [`Strategy::ceiling`]).
+    pub fn note_ceiling(&self) {
+        let now = self.now();
+        self.strategy.lock().ceiling(now);
+    }
+
     /// Delay before a new batch's first attempt.
     pub fn before_call(&self) -> Duration {
         let now = self.now();

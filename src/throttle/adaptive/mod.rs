@@ -43,6 +43,11 @@
 //!   shown it admits less than a quarter second of the share at once: there
 //!   throttles below the share are requests meeting peers' in a shallow
 //!   bucket, which fast recovery handles better.
+//! - **Hard ceilings.** A throttle that names an account limit or the
+//!   table's on-demand maximum (`ceiling`) caps the rate at
+//!   `target_fraction` x the rate the server accepted then, for
+//!   `settle_max_s` or until the capacity or share changes: probing cannot
+//!   move such a limit, only meet it again.
 //! - **Slow start.** Before the first congestion event, with no capacity known
 //!   (on-demand tables), the rate doubles every second while it is used.
 //! - **Never inflate when idle.** The rate grows only while the client uses most
@@ -119,6 +124,11 @@ pub struct Adaptive {
     /// after the first (up to `settle_max_s`) until the capacity or share
     /// changes. A writer that stays teaches the controller to stay under it.
     settle_for: Duration,
+    /// A hard ceiling met (account limit, on-demand maximum): the rate
+    /// (units/s) never paced above, and until when.
+    ceiling: Option<(f64, Duration)>,
+    /// The next throttle names a hard ceiling.
+    ceiling_next: bool,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -149,6 +159,8 @@ impl Adaptive {
             started: false,
             last_below: None,
             settled_until: None,
+            ceiling: None,
+            ceiling_next: false,
             rng: SmallRng::seed_from_u64(seed),
             metrics: Metrics::default(),
         }
@@ -188,6 +200,7 @@ impl Adaptive {
             self.last_below = None;
             self.settled_until = None;
             self.settle_for = Duration::from_secs_f64(self.cfg.settle_s);
+            self.ceiling = None;
         }
         match self.expected {
             None if self.w_max.is_none() => self.rate = e * self.cfg.target_fraction,
@@ -270,6 +283,9 @@ impl Adaptive {
         if let Some(e) = self.expected.filter(|_| self.cfg.cap_at_share) {
             hi = hi.min(e * self.cfg.target_fraction);
         }
+        if let Some((c, _)) = self.ceiling {
+            hi = hi.min(c);
+        }
         self.rate = self
             .rate
             .clamp(self.cfg.min_rate, hi.max(self.cfg.min_rate));
@@ -291,6 +307,10 @@ impl Strategy for Adaptive {
         let period = self.cfg.start_splay / self.start_rate(capacity, share);
         let d = Duration::from_secs_f64(period * self.rng.random::<f64>());
         self.metrics.sleep(d)
+    }
+
+    fn ceiling(&mut self, _now: Duration) {
+        self.ceiling_next = true;
     }
 
     fn hint(&mut self, capacity: Option<f64>, share: Option<f64>) {
@@ -323,19 +343,26 @@ impl Strategy for Adaptive {
         let cooldown = Duration::from_secs_f64(self.cfg.cooldown_ms / 1e3);
         let first_seen = *self.first_seen.get_or_insert(fb.now);
         let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
+        if self.ceiling.is_some_and(|(_, until)| fb.now >= until) {
+            self.ceiling = None; // probe again: limits are raised, too
+        }
         if fb.throttled && !size_signal {
+            // The accepted rate means something only over a full window.
+            let measured = if fb.now.saturating_sub(first_seen) >= window {
+                self.accepted_rate(fb.now)
+            } else {
+                0.0
+            };
+            let base = if measured > 0.0 {
+                self.rate.min(measured)
+            } else {
+                self.rate
+            };
+            if std::mem::take(&mut self.ceiling_next) {
+                let until = fb.now + Duration::from_secs_f64(self.cfg.settle_max_s);
+                self.ceiling = Some((base * self.cfg.target_fraction, until));
+            }
             if since.is_none_or(|s| s >= cooldown) {
-                // The accepted rate means something only over a full window.
-                let measured = if fb.now.saturating_sub(first_seen) >= window {
-                    self.accepted_rate(fb.now)
-                } else {
-                    0.0
-                };
-                let base = if measured > 0.0 {
-                    self.rate.min(measured)
-                } else {
-                    self.rate
-                };
                 let decrease = self.decrease(fb.now);
                 self.note_event(fb.now, base, fair);
                 self.w_max = Some(base);

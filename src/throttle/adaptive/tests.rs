@@ -289,3 +289,29 @@ fn a_settle_lasts_longer_each_time_and_a_new_capacity_forgets_it() {
     assert_eq!(a.settled_until, None);
     assert_eq!(a.settle_for, Duration::from_secs(30));
 }
+
+#[test]
+fn a_hard_ceiling_is_never_probed_past_until_it_expires() {
+    // An on-demand table (no capacity known) whose configured maximum is
+    // 100 units/s: slow start meets it, and the throttle names it.
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    for i in 0..30 {
+        a.after_attempt(&at(i * 100, false, 10.0, None));
+    }
+    a.ceiling(Duration::from_millis(3_000));
+    a.after_attempt(&at(3_000, true, 0.0, None));
+    let cap = 0.98 * 100.0;
+    // CUBIC would pass the event's level after probe_s (30 s); a ceiling
+    // is not probed past, for settle_max_s (600 s).
+    let mut highest: f64 = 0.0;
+    for i in 31..6_000 {
+        a.after_attempt(&at(i * 100, false, 10.0, None));
+        highest = highest.max(a.rate().unwrap());
+    }
+    assert!(highest <= cap + 1e-9, "{highest}");
+    assert!(highest > 0.9 * cap, "it does pace up to it: {highest}");
+    for i in 6_030..7_000 {
+        a.after_attempt(&at(i * 100, false, 10.0, None));
+    }
+    assert!(a.rate().unwrap() > cap, "then it probes again");
+}
