@@ -18,19 +18,18 @@ pub struct Budget {
     pub wcu: Option<f64>,
 }
 
-impl Budget {
-    /// No budget: the table's capacity is the limit.
-    pub fn is_none(&self) -> bool {
-        self.fraction.is_none() && self.wcu.is_none()
+/// The lower of two limits, either of which may be unknown (None).
+pub fn lower(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
     }
+}
 
+impl Budget {
     /// The tighter of two budgets, field by field (a table written by
     /// several routes gets the lowest any of them sets).
     pub fn min(self, other: Budget) -> Budget {
-        let lower = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        };
         Budget {
             fraction: lower(self.fraction, other.fraction),
             wcu: lower(self.wcu, other.wcu),
@@ -41,20 +40,13 @@ impl Budget {
     /// (None: no budget, or only a fraction of a capacity not known, as on
     /// an on-demand table).
     pub fn limit(&self, capacity: Option<f64>) -> Option<f64> {
-        let of_capacity = self.fraction.zip(capacity).map(|(f, c)| f * c);
-        match (of_capacity, self.wcu) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        lower(self.fraction.zip(capacity).map(|(f, c)| f * c), self.wcu)
     }
 
     /// What the strategy is told the table's capacity is: the lower of the
     /// capacity and the budget.
     pub fn capacity_seen(&self, capacity: Option<f64>) -> Option<f64> {
-        match (capacity, self.limit(capacity)) {
-            (Some(c), Some(l)) => Some(c.min(l)),
-            (c, l) => c.or(l),
-        }
+        lower(capacity, self.limit(capacity))
     }
 
     /// The most this worker paces at: the limit x its share (the whole
@@ -112,7 +104,7 @@ mod tests {
         );
         assert_eq!(abs.worker_cap(None, None), Some(300.0));
         assert_eq!(Budget::default().capacity_seen(Some(7.0)), Some(7.0));
-        assert!(Budget::default().is_none());
+        assert_eq!(Budget::default().worker_cap(Some(7.0), None), None);
     }
 
     #[test]

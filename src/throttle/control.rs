@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::telemetry::Counters;
-use crate::throttle::budget::Budget;
+use crate::throttle::budget::{lower, Budget};
 use crate::throttle::pace::Pacer;
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
@@ -141,34 +141,33 @@ impl Control {
     fn hint(&self) {
         let capacity = self.capacity_seen();
         let share = *self.share.lock();
-        self.strategy.lock().hint(capacity, share);
-        if !self.budget.is_none() {
-            let size = self.strategy.lock().max_request_units();
-            self.steer(size);
-        }
+        let size = {
+            let mut s = self.strategy.lock();
+            s.hint(capacity, share);
+            s.max_request_units()
+        };
+        self.steer(size);
     }
 
     /// Sets the pacer to the strategy's rate (or the fixed one), never above
-    /// the budget x this worker's share.
+    /// the budget x this worker's share; leaves it alone when neither sets a
+    /// rate. A request size smaller than the burst also bounds the burst, so
+    /// requests sized to what the server admits at once do not leave back
+    /// to back (only rate strategies size their requests).
     fn steer(&self, size: Option<f64>) {
         let rate = self.strategy.lock().rate().or(self.fixed_rate);
         let cap = self
             .budget
             .worker_cap(*self.capacity.lock(), *self.share.lock());
-        let rate = match (rate, cap) {
-            (Some(r), Some(c)) => Some(r.min(c)),
-            (r, c) => r.or(c),
-        };
-        if rate.is_some() {
-            self.pacer.steer(rate, burst_for(size));
+        if let Some(rate) = lower(rate, cap) {
+            self.pacer.steer(Some(rate), burst_for(size));
         }
     }
 
     /// The next throttle reported named an account limit or an on-demand
     /// maximum (see [`Strategy::ceiling`]).
     pub fn note_ceiling(&self) {
-        let now = self.now();
-        self.strategy.lock().ceiling(now);
+        self.strategy.lock().ceiling();
     }
 
     /// Delay before a new batch's first attempt.
@@ -227,15 +226,9 @@ impl Control {
         }
         let mut s = self.strategy.lock();
         let delay = s.after_attempt(&fb);
-        let steers = s.rate().is_some();
         let size = s.max_request_units();
         drop(s);
-        // A request size smaller than the burst also bounds the burst, so
-        // requests sized to what the server admits at once do not leave
-        // back to back (only rate strategies size their requests).
-        if steers || !self.budget.is_none() {
-            self.steer(size);
-        }
+        self.steer(size);
         delay
     }
 

@@ -120,10 +120,10 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// group's partitions in the worker; the scenario in the simulator).
     fn hint(&mut self, _capacity: Option<f64>, _share: Option<f64>) {}
 
-    /// The throttle about to be reported (at `now`) named a hard ceiling:
-    /// an account limit or a table's on-demand maximum, which probing cannot
-    /// move. Strategies that probe stop probing past it.
-    fn ceiling(&mut self, _now: Duration) {}
+    /// The throttle about to be reported named a hard ceiling: an account
+    /// limit or a table's on-demand maximum, which probing cannot move.
+    /// Strategies that probe stop probing past it.
+    fn ceiling(&mut self) {}
 
     /// The strategy's current delay (for metrics).
     fn current_delay(&self) -> Duration;

@@ -97,6 +97,9 @@ pub struct Adaptive {
     rate: f64,
     /// Rate at the last congestion event, if any.
     w_max: Option<f64>,
+    /// The multiplicative decrease applied at that event (the CUBIC curve
+    /// climbs back from w_max x this).
+    last_cut: f64,
     last_decrease: Option<Duration>,
     last_update: Option<Duration>,
     /// When the first feedback came (the accepted-rate window needs history).
@@ -143,6 +146,7 @@ impl Adaptive {
         let window = Duration::from_secs_f64(cfg.window_ms / 1e3);
         Self {
             settle_for: Duration::from_secs_f64(cfg.settle_s),
+            last_cut: cfg.decrease,
             rate: cfg.start_rate,
             size: RequestSize::new(Duration::from_secs_f64(cfg.size_hold_s), cfg.size_grow),
             cfg,
@@ -243,7 +247,7 @@ impl Adaptive {
             // utilization instead of 67% when these settled the rate).
             return;
         }
-        let settled = self.settled_until.is_some_and(|u| now < u);
+        let settled = self.settled(now);
         if settled
             || self
                 .last_below
@@ -258,20 +262,14 @@ impl Adaptive {
         self.last_below = Some(now);
     }
 
-    /// The multiplicative decrease of an event at `at`: deeper while settled,
-    /// so that the table's bucket, which the other writer keeps low, fills
-    /// again before the next probe.
-    fn decrease(&self, at: Duration) -> f64 {
-        if self.settled_until.is_some_and(|u| at < u) {
-            self.cfg.settle_decrease
-        } else {
-            self.cfg.decrease
-        }
+    /// Whether the rate is settled at `at` (see the module doc).
+    fn settled(&self, at: Duration) -> bool {
+        self.settled_until.is_some_and(|u| at < u)
     }
 
     /// The CUBIC curve: w_max * decrease at t = 0, w_max at t = k.
-    fn cubic(&self, w_max: f64, t: f64, k: f64, decrease: f64) -> f64 {
-        let c3 = w_max * (1.0 - decrease) / k.powi(3);
+    fn cubic(&self, w_max: f64, t: f64, k: f64) -> f64 {
+        let c3 = w_max * (1.0 - self.last_cut) / k.powi(3);
         c3 * (t - k).powi(3) + w_max
     }
 
@@ -309,7 +307,7 @@ impl Strategy for Adaptive {
         self.metrics.sleep(d)
     }
 
-    fn ceiling(&mut self, _now: Duration) {
+    fn ceiling(&mut self) {
         self.ceiling_next = true;
     }
 
@@ -363,16 +361,23 @@ impl Strategy for Adaptive {
                 self.ceiling = Some((base * self.cfg.target_fraction, until));
             }
             if since.is_none_or(|s| s >= cooldown) {
-                let decrease = self.decrease(fb.now);
                 self.note_event(fb.now, base, fair);
+                // Deeper once settled (this event included), so that the
+                // table's bucket, which the other writer keeps low, fills
+                // again before the next probe.
+                self.last_cut = if self.settled(fb.now) {
+                    self.cfg.settle_decrease
+                } else {
+                    self.cfg.decrease
+                };
                 self.w_max = Some(base);
-                self.rate = base * decrease;
+                self.rate = base * self.last_cut;
                 self.last_decrease = Some(fb.now);
                 self.metrics.went_down += 1;
             }
         } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
-            let settled = self.settled_until.is_some_and(|u| fb.now < u);
+            let settled = self.settled(fb.now);
             self.rate = match (self.w_max, since, fair) {
                 // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
                 (_, _, Some(f)) if self.rate < f && !settled => {
@@ -386,8 +391,7 @@ impl Strategy for Adaptive {
                     } else {
                         self.cfg.probe_s
                     };
-                    let d = self.decrease(fb.now - t);
-                    self.cubic(w, t.as_secs_f64(), k, d).max(self.rate)
+                    self.cubic(w, t.as_secs_f64(), k).max(self.rate)
                 }
                 // No congestion seen yet (slow start): double per second.
                 _ => self.rate * (1.0 + dt),

@@ -298,7 +298,7 @@ fn a_hard_ceiling_is_never_probed_past_until_it_expires() {
     for i in 0..30 {
         a.after_attempt(&at(i * 100, false, 10.0, None));
     }
-    a.ceiling(Duration::from_millis(3_000));
+    a.ceiling();
     a.after_attempt(&at(3_000, true, 0.0, None));
     let cap = 0.98 * 100.0;
     // CUBIC would pass the event's level after probe_s (30 s); a ceiling
