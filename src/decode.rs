@@ -262,6 +262,16 @@ pub fn key_of(item: &Item, schema: &KeySchema) -> Option<String> {
     Some(key)
 }
 
+/// The partition-key part of a key's canonical text (see [`key_of`]): what
+/// places an item in a partition.
+pub fn partition_part(key: &str) -> &str {
+    let Some(colon) = key.find(':') else {
+        return key;
+    };
+    let len: usize = key[1..colon].parse().unwrap_or(usize::MAX);
+    key.get(..(colon + 1).saturating_add(len)).unwrap_or(key)
+}
+
 /// Numbers equal in DynamoDB (1, 1.0, 1e0) must collide as keys: strip the
 /// representation down to sign, digits and exponent.
 fn canonical_number(n: &str) -> String {

@@ -147,7 +147,13 @@ proptest::proptest! {
         let s = schema(("pk", KeyType::S), Some(("sk", KeyType::S)));
         let a = key_of(&item(&pk1, &sk1), &s).unwrap();
         let b = key_of(&item(&pk2, &sk2), &s).unwrap();
-        proptest::prop_assert_eq!(a == b, (pk1, sk1) == (pk2, sk2));
+        proptest::prop_assert_eq!(a == b, (&pk1, &sk1) == (&pk2, &sk2));
+        // The partition part is the partition key's alone.
+        let pa = partition_part(&a);
+        let pb = partition_part(&b);
+        proptest::prop_assert_eq!(pa == pb, pk1 == pk2);
+        let only = key_of(&item(&pk1, &sk2), &schema(("pk", KeyType::S), None)).unwrap();
+        proptest::prop_assert_eq!(pa, only.as_str());
     }
 }
 

@@ -296,3 +296,96 @@ async fn a_budget_holds_the_whole_job_under_its_fraction_of_the_capacity() {
         "a budget below the capacity is never throttled"
     );
 }
+
+/// 2,400 small records, half of them on 12 hot keys that all live in one
+/// partition of the proxy's four (each capped at 50 WCU/s; the table's 1,000
+/// WCU/s is far above the demand), the other half on distinct keys in the
+/// other three. Every batch carries the hot keys, so the hot partition
+/// bounds the job (about 4 batches/s). Paced apart after their first
+/// refusal, the hot keys are refused rarely and the table keeps its pace;
+/// with `hot_keys = false` every refusal slows the whole table. Returns
+/// (records/s, requests, throttled requests, the summary's table report).
+async fn hot_partition_run(hot_keys: bool) -> (f64, u64, u64, Value) {
+    use ingest::proxy::partitions::Partitions;
+    let s = Setup::build(1, "", Some(1_000)).await;
+    let proxy = ThrottleProxy::start(&["--partitions", "4", "--partition-wcu", "50"]);
+    s.use_endpoint(&proxy.endpoint());
+    let parts = Partitions::new(4, 50.0, 1.0, Duration::ZERO);
+    let partition = |id: &str| parts.of(&format!(r#"{{"S":"{id}"}}"#));
+    let hot: Vec<String> = (0..)
+        .map(|i| format!("h{i}"))
+        .filter(|id| partition(id) == 0)
+        .take(12)
+        .collect();
+    let mut cold = (0..)
+        .map(|i| format!("c{i:05}"))
+        .filter(|id| partition(id) != 0);
+    let records: Vec<(String, Option<String>)> = (0..2_400)
+        .map(|i| {
+            let id = if i % 2 == 0 {
+                hot[(i / 2) % hot.len()].clone()
+            } else {
+                cold.next().unwrap()
+            };
+            let v = format!(r#"{{"id":"{id}","n":{i}}}"#);
+            (id, Some(v))
+        })
+        .collect();
+    produce(&s.topic, records).await;
+    let flag = if hot_keys { "true" } else { "false" };
+    let started = Instant::now();
+    let w = s.spawn_with_env(
+        true,
+        &[
+            ("INGEST__THROTTLE__HOT_KEYS", flag),
+            // The hot range's cuts, to read with `--nocapture`.
+            ("INGEST__LOG__LEVEL", "info,ingest::telemetry::events=debug"),
+        ],
+    );
+    let logs = w.logs.clone();
+    let (code, summary) = w.wait(Duration::from_secs(300));
+    for l in logs.lock().unwrap().iter() {
+        if l["event"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("hot_range"))
+        {
+            eprintln!("{l}");
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    // Every key's last record is what the table holds.
+    assert_eq!(count(&dynamo().await, &s.table).await, 12 + 1_200);
+    assert_eq!(s.committed(), s.end_offsets());
+    (
+        2_400.0 / elapsed,
+        u(&summary, "requests"),
+        u(&summary, "throttled_requests"),
+        summary["tables"][0].clone(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hot_keys_a_partition_refuses_are_paced_apart_and_refused_rarely() {
+    let (rate, requests, throttled, table) = hot_partition_run(true).await;
+    let (rate_off, requests_off, throttled_off, table_off) = hot_partition_run(false).await;
+    let pct = |t: u64, r: u64| 100.0 * t as f64 / r.max(1) as f64;
+    eprintln!(
+        "hot partition, hot keys paced apart: {rate:.0} records/s, {requests} requests, \
+         {throttled} throttled ({:.1}%), table {table}\n\
+         every refusal slows the table: {rate_off:.0} records/s, {requests_off} requests, \
+         {throttled_off} throttled ({:.1}%), table {table_off}",
+        pct(throttled, requests),
+        pct(throttled_off, requests_off),
+    );
+    assert!(
+        table["hot_keys"].as_u64().unwrap_or(0) > 0,
+        "the summary names the hot keys: {table}"
+    );
+    assert_eq!(table_off["hot_keys"].as_u64(), Some(0));
+    assert!(
+        pct(throttled, requests) * 2.0 <= pct(throttled_off, requests_off),
+        "paced apart, at most half as many requests are refused"
+    );
+}

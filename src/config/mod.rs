@@ -241,6 +241,10 @@ pub struct ThrottleSettings {
     pub budget_fraction: Option<f64>,
     /// The most the job writes to each table, WCU/s.
     pub budget_wcu: Option<f64>,
+    /// Keys a key range (a partition) refused are paced apart from the
+    /// table's other keys (see `throttle::hot`); false: every refusal slows
+    /// the table.
+    pub hot_keys: bool,
 }
 
 impl ThrottleSettings {
@@ -274,6 +278,7 @@ impl Default for ThrottleSettings {
             sdk_retry_mode: SdkRetryMode::Off,
             budget_fraction: None,
             budget_wcu: None,
+            hot_keys: true,
         }
     }
 }

@@ -101,6 +101,7 @@ pub async fn resolve_routes(
                 let strategy = th.strategy.build(seed ^ tables.len() as u64);
                 let control = Control::new(strategy, th.pacing_rate, th.pacing_burst)
                     .with_budget(settings.budget_for(table))
+                    .with_hot_keys(th.hot_keys)
                     .with_latency(exporter.map(|e| e.latency(table)));
                 control.set_capacity(info.capacity);
                 let t = Arc::new(Table {

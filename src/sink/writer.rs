@@ -35,13 +35,13 @@ use tracing::debug;
 use super::batch::{Entry, Slot};
 use super::{BatchOutcome, Sink, ThrottleScope, WriteError};
 use crate::acks::Acks;
-use crate::decode::{key_of, Item, KeySchema};
+use crate::decode::{key_of, partition_part, Item, KeySchema};
 use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
-use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::Control;
+use crate::throttle::hot::{self, key_range_refused, Sent};
 use crate::throttle::simple::Exponential;
 use crate::throttle::Strategy;
 
@@ -150,11 +150,15 @@ impl Writer {
                 return Ok(Left::Done);
             }
             // One request carries what the table admits at once (the whole
-            // batch unless partial answers taught otherwise).
-            let limit = ctl.max_request_units();
-            let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
-            let rest = remaining.split_off(n);
-            let mut send = remaining;
+            // batch unless partial answers taught otherwise), and a hot
+            // key's slot only when the hot range's pace lets it go.
+            let (send, rest, hot_wait) = compose(ctl, remaining);
+            if send.is_empty() {
+                remaining = rest; // only hot keys' slots, not due yet
+                self.wait(ctl, hot_wait, &remaining, started).await;
+                continue;
+            }
+            let mut send = send;
             let cost: u32 = send.iter().map(Slot::wcu).sum();
             let alive = || self.any_live(&send, started);
             let paced = tokio::select! {
@@ -167,17 +171,22 @@ impl Writer {
                 continue;
             }
             started = true;
-            let sent_units = f64::from(send.iter().map(Slot::wcu).sum::<u32>());
+            let hot: Vec<bool> = send
+                .iter()
+                .map(|s| ctl.is_hot(partition_part(&s.key)))
+                .collect();
             let items = send.iter().map(|s| s.item().clone()).collect();
             self.events(table, ctl).request_sent();
             let sent = tokio::time::Instant::now();
+            let sent_at = ctl.now();
             let answer = self.sink.batch_write(table, items).await;
             ctl.observe_latency(sent.elapsed());
-            let (throttled, accepted, written) = match answer {
+            let heard = match answer {
                 Ok(outcome) => {
-                    let (todo, answered) = self.answered(table, send, &outcome, schema, ctl);
+                    let (todo, heard) =
+                        self.answered(table, (send, &hot, sent_at), &outcome, schema, ctl);
                     remaining = joined(todo, rest);
-                    answered
+                    heard
                 }
                 Err(WriteError::Throttled(m, scope)) => {
                     let key_range = scope == ThrottleScope::KeyRange;
@@ -185,8 +194,15 @@ impl Writer {
                     if scope == ThrottleScope::Ceiling {
                         ctl.note_ceiling();
                     }
+                    let refused = vec![true; send.len()];
+                    let reading = if key_range {
+                        Reading::KeyRange
+                    } else {
+                        Reading::Table
+                    };
+                    let heard = self.heard(table, &send, &hot, &refused, reading, sent_at, ctl);
                     remaining = joined(send, rest);
-                    (true, 0.0, 0)
+                    heard
                 }
                 Err(WriteError::Retryable(m)) => {
                     let d = transient.next_failure();
@@ -199,7 +215,13 @@ impl Writer {
                 Err(fatal @ WriteError::Fatal(_)) => return Err(fatal),
             };
             transient.before_call(ctl.now());
-            let delay = ctl.after_attempt(throttled, accepted, sent_units, f64::from(written));
+            // Refusals only of keys already paced apart are not the table's.
+            let delay = match heard.table {
+                Some((throttled, sent_units)) => {
+                    ctl.after_attempt(throttled, heard.accepted, sent_units, heard.written)
+                }
+                None => Duration::ZERO,
+            };
             if remaining.is_empty() {
                 self.hold_slot(ctl, delay).await;
                 return Ok(Left::Done);
@@ -220,27 +242,137 @@ impl Writer {
     }
 
     /// A request answered: acks what was written, counts a partial answer,
-    /// and returns what is left with (throttled, accepted units, written units).
+    /// and returns what is left with what the controls heard.
     fn answered(
         &self,
         table: &str,
-        send: Vec<Slot>,
+        (send, hot, sent_at): (Vec<Slot>, &[bool], Duration),
         outcome: &BatchOutcome,
         schema: &KeySchema,
         ctl: &Control,
-    ) -> (Vec<Slot>, (bool, f64, u32)) {
+    ) -> (Vec<Slot>, Heard) {
         let left = unprocessed_keys(&outcome.unprocessed, schema);
-        let (todo, done): (Vec<Slot>, Vec<Slot>) = send
-            .into_iter()
-            .partition(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)));
-        let written: u32 = done.iter().map(Slot::wcu).sum();
+        let refused: Vec<bool> = send
+            .iter()
+            .map(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)))
+            .collect();
+        // Which refusals a key range made is read from which items came
+        // back; unless they could not be matched.
+        let reading = if left.is_some() {
+            Reading::Partial
+        } else {
+            Reading::Table
+        };
+        let accepted = outcome.consumed_wcu;
+        let mut heard = self.heard(table, &send, hot, &refused, reading, sent_at, ctl);
+        let (mut todo, mut done) = (Vec::new(), Vec::new());
+        for (slot, r) in send.into_iter().zip(refused) {
+            if r {
+                todo.push(slot);
+            } else {
+                done.push(slot);
+            }
+        }
         self.written(table, &done, ctl);
-        let throttled = !todo.is_empty();
-        if throttled {
+        if !todo.is_empty() {
             self.events(table, ctl).partially_processed(todo.len());
         }
-        let accepted = outcome.consumed_wcu.unwrap_or(f64::from(written));
-        (todo, (throttled, accepted, written))
+        heard.accepted = accepted.unwrap_or(heard.written);
+        (todo, heard)
+    }
+
+    /// What an answer tells the table's control and the hot range: `refused`
+    /// says which slots came back, `reading` who refused them; the request
+    /// left at `sent_at` on the control's clock.
+    #[allow(clippy::too_many_arguments)]
+    fn heard(
+        &self,
+        table: &str,
+        send: &[Slot],
+        hot: &[bool],
+        refused: &[bool],
+        reading: Reading,
+        sent_at: Duration,
+        ctl: &Control,
+    ) -> Heard {
+        let units: Vec<f64> = send.iter().map(|s| f64::from(s.wcu())).collect();
+        let sent: f64 = units.iter().sum();
+        let written: f64 = units
+            .iter()
+            .zip(refused)
+            .filter(|(_, r)| !**r)
+            .map(|(u, _)| u)
+            .sum();
+        let by_range: Vec<bool> = match reading {
+            _ if !ctl.paces_hot_keys() => vec![false; send.len()],
+            Reading::Table => vec![false; send.len()],
+            Reading::KeyRange => vec![true; send.len()],
+            Reading::Partial => {
+                let items: Vec<Sent> = units
+                    .iter()
+                    .zip(refused)
+                    .zip(hot)
+                    .map(|((u, r), h)| Sent {
+                        units: *u,
+                        accepted: !r,
+                        hot: *h,
+                    })
+                    .collect();
+                key_range_refused(&items)
+            }
+        };
+        // The hot range hears of its keys, and of every key a range refused.
+        let mut range = hot::Answer {
+            sent: sent_at,
+            request_units: sent,
+            ..hot::Answer::default()
+        };
+        // A key refused alongside hot keys by the same ranges is taken for
+        // one of theirs; keys refused alone, all new, say something the hot
+        // range does not cover: the table slows too.
+        let range_over = (0..send.len()).any(|i| refused[i] && by_range[i] && hot[i]);
+        let mut table_refused = false;
+        let mut apart = 0.0; // refused units the hot range answers for
+        for (i, slot) in send.iter().enumerate() {
+            if hot[i] {
+                range.hot_sent += units[i];
+                if !refused[i] {
+                    range.hot_written += units[i];
+                }
+            }
+            if !refused[i] {
+                continue;
+            }
+            if by_range[i] {
+                range.refused.push(hot::Refused {
+                    key: partition_part(&slot.key),
+                    units: units[i],
+                    was_hot: hot[i],
+                });
+            }
+            if by_range[i] && (hot[i] || range_over) {
+                apart += units[i];
+            } else {
+                table_refused = true;
+            }
+        }
+        if range.hot_sent > 0.0 || !range.refused.is_empty() {
+            let change = ctl.hot_answer(range);
+            if change != hot::Change::None {
+                let r = ctl.report();
+                let events = self.events(table, ctl);
+                match change {
+                    hot::Change::Found => events.hot_range_found(r.hot_keys, r.hot_rate),
+                    _ => events.hot_range_cut(r.hot_keys, r.hot_rate),
+                }
+            }
+        }
+        let nothing_for_table = apart > 0.0 && !table_refused && written == 0.0;
+        Heard {
+            table: (!nothing_for_table).then_some((table_refused, sent - apart)),
+            accepted: 0.0,
+            written,
+        }
     }
 
     /// Waits `d` (accounted to the table's control), less if the slots'
@@ -332,6 +464,67 @@ impl Writer {
             debug!(error = %e, "ack ignored (partition revoked meanwhile)");
         }
     }
+}
+
+/// Who refused what an answer returned.
+#[derive(Clone, Copy)]
+enum Reading {
+    /// The table (or unknown: unmatched unprocessed items).
+    Table,
+    /// A 400 whose reasons all name a key range.
+    KeyRange,
+    /// A partial answer: read item by item ([`key_range_refused`]).
+    Partial,
+}
+
+/// What an answer tells the table's control.
+struct Heard {
+    /// (throttled, units sent) for the table's strategy; None when only
+    /// keys already paced apart were refused and nothing was written.
+    table: Option<(bool, f64)>,
+    /// ConsumedCapacity (or the written units when not reported).
+    accepted: f64,
+    /// Units of the items written.
+    written: f64,
+}
+
+/// The next request out of `remaining` (the rest after it), within the
+/// table's request size; its hot keys' slots only when the hot range's pace
+/// lets them go, all at once (slots behind them are not held up). When only
+/// hot slots are left and they may not go yet, the request is empty and the
+/// wait is returned.
+fn compose(ctl: &Control, remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
+    let limit = ctl.max_request_units();
+    let (mut send, mut hot, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    let mut units = 0.0;
+    let mut full = false;
+    for slot in remaining {
+        let cost = f64::from(slot.wcu());
+        let first = send.is_empty() && hot.is_empty();
+        full = full || (!first && limit.is_some_and(|l| units + cost > l + 1e-9));
+        if full {
+            rest.push(slot);
+            continue;
+        }
+        units += cost;
+        if ctl.is_hot(partition_part(&slot.key)) {
+            hot.push(slot);
+        } else {
+            send.push(slot);
+        }
+    }
+    let mut wait = Duration::ZERO;
+    if !hot.is_empty() {
+        match ctl.hot_admit(hot.iter().map(Slot::wcu).sum()) {
+            Ok(()) => send.append(&mut hot),
+            Err(w) => {
+                wait = w;
+                hot.append(&mut rest);
+                rest = hot;
+            }
+        }
+    }
+    (send, rest, wait)
 }
 
 /// `a` then `b`.

@@ -63,6 +63,29 @@ impl TableEvents<'_> {
         debug!(table = self.name, error, %scope, "throttled");
     }
 
+    /// A key range refused keys while none of the table's was known hot:
+    /// from now on they are paced apart, starting at `rate` units/s.
+    pub fn hot_range_found(&self, keys: usize, rate: Option<f64>) {
+        info!(
+            event = "hot_range_found",
+            table = self.name,
+            keys,
+            rate = rate.unwrap_or_default(),
+            "a key range refused writes while the table had room; pacing its keys apart"
+        );
+    }
+
+    /// A key range refused a hot key again: its rate was cut to `rate`.
+    pub fn hot_range_cut(&self, keys: usize, rate: Option<f64>) {
+        debug!(
+            event = "hot_range_cut",
+            table = self.name,
+            keys,
+            rate = rate.unwrap_or_default(),
+            "hot key range refused again; its rate cut"
+        );
+    }
+
     /// The call failed transiently (network, 5xx); retried after `retry_in`.
     pub fn write_retry(&self, error: &str, retry_in: Duration) {
         self.add(|c| &c.retryable_errors, 1);

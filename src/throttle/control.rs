@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
+use crate::throttle::hot::{self, HotKeys};
 use crate::throttle::pace::Pacer;
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
@@ -51,6 +52,8 @@ pub struct Control {
     /// Woken by a throttle: the capacity poller re-reads the capacity early
     /// (auto scaling may have cut it).
     throttled: tokio::sync::Notify,
+    /// Keys a key range refused, paced apart (None: `hot_keys = false`).
+    hot: Option<Mutex<HotKeys>>,
 }
 
 /// The control loop's state, for logs and summaries.
@@ -63,6 +66,9 @@ pub struct ControlReport {
     /// The job's budget on the table, WCU/s (None: no budget).
     pub budget: Option<f64>,
     pub share: Option<f64>,
+    /// Keys a key range refused, paced apart, and their rate (units/s).
+    pub hot_keys: usize,
+    pub hot_rate: Option<f64>,
     pub slept_s: f64,
     pub max_sleep_s: f64,
     pub metrics: Metrics,
@@ -86,7 +92,49 @@ impl Control {
             counts: Counters::default(),
             latency: None,
             throttled: tokio::sync::Notify::new(),
+            hot: Some(Mutex::new(HotKeys::default())),
         }
+    }
+
+    /// Paces keys a key range refused apart from the others (the default),
+    /// or not: every refusal is then the table's.
+    pub fn with_hot_keys(mut self, on: bool) -> Self {
+        if !on {
+            self.hot = None;
+        }
+        self
+    }
+
+    /// Whether `key` is hot (see [`hot`]).
+    pub fn is_hot(&self, key: &str) -> bool {
+        self.hot.as_ref().is_some_and(|h| h.lock().is_hot(key))
+    }
+
+    /// Whether hot keys are paced apart.
+    pub fn paces_hot_keys(&self) -> bool {
+        self.hot.is_some()
+    }
+
+    /// Lets `units` of a hot key go now, or says how long until they may.
+    pub fn hot_admit(&self, units: u32) -> Result<(), Duration> {
+        let now = self.now();
+        match &self.hot {
+            Some(h) => h.lock().admit(now, f64::from(units)),
+            None => Ok(()),
+        }
+    }
+
+    /// Tells the hot range what an answer said about it (`now` and the
+    /// table's rate, written or paced, are filled in); says whether it found
+    /// a hot range or cut its rate.
+    pub fn hot_answer(&self, mut a: hot::Answer<'_>) -> hot::Change {
+        let Some(h) = &self.hot else {
+            return hot::Change::None;
+        };
+        a.now = self.now();
+        let written = self.accepted.lock().rate_so_far(a.now);
+        a.table_rate = written.max(self.pacer.rate().unwrap_or(0.0));
+        h.lock().answer(&a)
     }
 
     /// Resolves after a throttle (at once if one came since the last call).
@@ -241,6 +289,10 @@ impl Control {
 
     pub fn report(&self) -> ControlReport {
         let capacity = *self.capacity.lock();
+        let (hot_keys, hot_rate) = self.hot.as_ref().map_or((0, None), |h| {
+            let h = h.lock();
+            (h.len(), h.rate())
+        });
         let s = self.strategy.lock();
         ControlReport {
             strategy: s.name(),
@@ -249,6 +301,8 @@ impl Control {
             capacity,
             budget: self.budget.limit(capacity),
             share: *self.share.lock(),
+            hot_keys,
+            hot_rate,
             slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
             metrics: s.metrics(),

@@ -19,6 +19,8 @@
 //! - [`adaptive`]: this project's rate controller (AIMD on the pacing rate,
 //!   driven by throttles, accepted capacity and the table's capacity), with
 //!   its settings and its level-steered mode in files of their own.
+//! - [`hot`]: keys a key range (a partition) refused, paced apart from the
+//!   table's other keys.
 //! - [`budget`]: the most the job may write to a table (a ceiling the
 //!   control applies over any strategy).
 //! - [`window`]: the accepted rate over a sliding window, shared by the
@@ -29,6 +31,7 @@ pub mod autosleeper;
 pub mod budget;
 pub mod control;
 pub mod heroku;
+pub mod hot;
 pub mod pace;
 pub mod simple;
 pub mod window;

@@ -370,3 +370,84 @@ async fn a_throttle_naming_a_ceiling_reaches_the_strategy_and_caps_the_rate() {
         .unwrap();
     assert!(capped <= 0.98 * 196.0 + 1e-9, "{capped}");
 }
+
+/// Batches of one hot key and nine cold ones for `secs` of virtual time,
+/// through a fake partition that takes the hot key's write at most every
+/// 500 ms (returned unprocessed otherwise) while the table (200 WCU/s) has
+/// room: (requests, partial answers, the table's pacing rate at the end,
+/// the hot range's rate).
+async fn hot_key_run(hot_keys: bool, secs: u64) -> (usize, u64, f64, Option<f64>) {
+    let mut last_hot: Option<tokio::time::Instant> = None;
+    let script: Script = Box::new(move |_, items| {
+        let now = tokio::time::Instant::now();
+        let room = last_hot.is_none_or(|t| now - t >= Duration::from_millis(500));
+        let has_hot = items.iter().any(|i| id_of(i) == "hot");
+        if has_hot && room {
+            last_hot = Some(now);
+        }
+        Ok(unprocessed(items, |id| id == "hot" && !room))
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl = std::mem::replace(
+        &mut s.ctl,
+        Control::new(StrategyConfig::default().build(1), None, burst25()),
+    )
+    .with_hot_keys(hot_keys);
+    s.ctl.set_capacity(Some(200.0));
+    let start = tokio::time::Instant::now();
+    let mut b = 0;
+    while start.elapsed() < Duration::from_secs(secs) {
+        b += 1;
+        let mut values = vec![r#"{"id":"hot"}"#.to_string()];
+        values.extend((0..9).map(|i| format!(r#"{{"id":"c{b}-{i}"}}"#)));
+        let slots = s.batch(&values);
+        s.write(slots).await.unwrap();
+    }
+    let r = s.ctl.report();
+    if std::env::var("TRACE_HOT").is_ok() {
+        for c in s
+            .sink
+            .calls()
+            .iter()
+            .filter(|c| c.ids.contains(&"hot".to_string()))
+        {
+            eprintln!("{:.3} {}", c.at.as_secs_f64(), c.ids.len());
+        }
+    }
+    let partial = s.writer.counters.snapshot().throttled_requests;
+    (
+        s.sink.calls().len(),
+        partial,
+        r.pacing_rate.unwrap(),
+        r.hot_rate,
+    )
+}
+
+fn burst25() -> NonZeroU32 {
+    NonZeroU32::new(25).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_a_partition_refuses_again_is_paced_apart_and_the_table_keeps_its_pace() {
+    let (calls, partial, rate, hot_rate) = hot_key_run(true, 60).await;
+    let (calls_off, partial_off, rate_off, _) = hot_key_run(false, 60).await;
+    eprintln!(
+        "hot keys paced apart: {calls} requests, {partial} partial, table at {rate:.1}, \
+         hot range at {hot_rate:?}; off: {calls_off} requests, {partial_off} partial, table at \
+         {rate_off:.1}"
+    );
+    let hot_rate = hot_rate.expect("a hot range was found");
+    assert!(
+        (0.5..=4.0).contains(&hot_rate),
+        "the hot range paces near the partition's 2 writes/s: {hot_rate}"
+    );
+    // Cut once, at the key's first refusal (as any throttle), then left alone.
+    assert!(
+        rate >= 0.9 * 196.0 - 0.1,
+        "the table keeps its pace: {rate}"
+    );
+    assert!(
+        partial * 5 <= partial_off,
+        "far fewer refusals than when every one slows the table: {partial} vs {partial_off}"
+    );
+}

@@ -1,0 +1,476 @@
+//! Hot key ranges: keys a partition refuses while the table has room, paced
+//! apart from the table's other keys.
+//!
+//! DynamoDB caps each partition at 1,000 WCU/s whatever the table's capacity
+//! (AWS developer guide, "Partitions and data distribution" and "Burst and
+//! adaptive capacity"). A hot key range answers a BatchWriteItem with a 400
+//! whose `ThrottlingReasons` say `TableWriteKeyRangeThroughputExceeded`, or
+//! returns the hot items unprocessed with no reason at all. Cutting the
+//! table's rate for it slows every key, and the cold partitions' capacity
+//! goes unused (the SDK's adaptive mode and Flink's AIMD window do that).
+//!
+//! Per table, [`HotKeys`] keeps:
+//! - **the hot keys**: partition-key values a key range refused within
+//!   [`TTL`] (at most [`MAX_KEYS`]; the least recently refused go first);
+//! - **one rate for all of them** (the hot range's), in capacity units per
+//!   second, learned as `adaptive` learns the table's: a refusal of a hot key
+//!   cuts it to [`DECREASE`] x the lower of the rate and what the hot keys
+//!   wrote over the last [`WINDOW`], at most once per [`COOLDOWN`] (by then
+//!   a young range can be measured) and only for requests sent after the
+//!   last cut (the others left at the rate already cut); the refused units go
+//!   again only once the new rate has paid for them (the partition, drained,
+//!   refills meanwhile). It climbs back to
+//!   that level along a CUBIC curve over [`PROBE`], then slowly past it, while
+//!   the hot keys use it. Each cut at about the level of the one before
+//!   doubles the time the climb takes (up to [`MAX_DOUBLINGS`] times): a
+//!   partition's maximum does not move, and probing past it again and again
+//!   only meets it. It is never cut below [`MIN_RATE`];
+//! - **a leaky bucket** (virtual scheduling) that lets hot keys' units go at
+//!   that rate. Cold keys never wait for it.
+//!
+//! Which refusals are a key range's ([`key_range_refused`]): every item of a
+//! 400 whose reasons all name a key range; in a partial answer (no reason
+//! given), an item whose key is hot, or one followed in the same request by
+//! an accepted item at least as costly (the table's bucket had room after
+//! it). A refusal of keys none of which was hot (no hot key refused with
+//! them) stays a signal for the table's rate as well: a range of ever-new
+//! keys cannot be paced apart, only by slowing the job. So keys that come back are paced apart after their first
+//! refusal, and a range of distinct keys still slows the job to what it
+//! admits, as before.
+//!
+//! Simplified: one rate for every hot key of a table, whichever partitions
+//! they are in (a client cannot know DynamoDB's hash ranges); with several
+//! hot partitions it learns what the busiest admits.
+//!
+//! Pure: time is passed in.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::window::AcceptedWindow;
+
+/// A key a key range has not refused for this long is cold again.
+pub const TTL: Duration = Duration::from_secs(60);
+/// Hot keys remembered per table, at most.
+pub const MAX_KEYS: usize = 10_000;
+/// The cut on a refusal of a hot key.
+pub const DECREASE: f64 = 0.8;
+/// Cuts are at least this far apart.
+pub const COOLDOWN: Duration = Duration::from_millis(500);
+/// What the hot keys wrote is measured over this window.
+pub const WINDOW: Duration = Duration::from_secs(2);
+/// Back to the level of the last cut after this long.
+pub const PROBE: Duration = Duration::from_secs(10);
+/// Cuts at about the level of the one before lengthen the climb back this
+/// many times at most (x 2 each: 160 s).
+pub const MAX_DOUBLINGS: u32 = 4;
+/// The hot range's rate is never cut below this (units/s).
+pub const MIN_RATE: f64 = 1.0;
+/// A hot unit may go this much ahead of its schedule.
+const TOLERANCE: Duration = Duration::from_millis(20);
+
+/// One item of an answered request, for [`key_range_refused`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sent {
+    pub units: f64,
+    pub accepted: bool,
+    /// Its key was hot when the request left.
+    pub hot: bool,
+}
+
+/// Which items of a partial answer a key range refused (see the module doc):
+/// refused, and hot or followed by an accepted item at least as costly.
+pub fn key_range_refused(items: &[Sent]) -> Vec<bool> {
+    let mut out = vec![false; items.len()];
+    let mut largest_after = 0.0f64;
+    for (i, it) in items.iter().enumerate().rev() {
+        if it.accepted {
+            largest_after = largest_after.max(it.units);
+        } else {
+            out[i] = it.hot || largest_after >= it.units;
+        }
+    }
+    out
+}
+
+/// A key a key range refused.
+#[derive(Debug, Clone, Copy)]
+pub struct Refused<'a> {
+    pub key: &'a str,
+    pub units: f64,
+    /// Hot when the request left (else: a signal for the table too).
+    pub was_hot: bool,
+}
+
+/// What one answered request says about the hot range.
+#[derive(Debug, Clone, Default)]
+pub struct Answer<'a> {
+    pub now: Duration,
+    /// When the request left (same clock).
+    pub sent: Duration,
+    /// Units of the request, and of its items whose keys were hot.
+    pub request_units: f64,
+    pub hot_sent: f64,
+    /// Units of hot keys' items written.
+    pub hot_written: f64,
+    pub refused: Vec<Refused<'a>>,
+    /// The table's rate (units/s, written or paced), to start the range's
+    /// rate from; 0 when unknown.
+    pub table_rate: f64,
+}
+
+/// What an answer changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    None,
+    /// A hot range where none was known.
+    Found,
+    /// The range's rate was cut.
+    Cut,
+}
+
+#[derive(Debug, Clone)]
+pub struct HotKeys {
+    /// Hot keys, with when a key range last refused each.
+    keys: HashMap<String, Duration>,
+    rate: Option<f64>,
+    /// The level of the last cut.
+    w_max: f64,
+    last_cut: Duration,
+    /// Cuts in a row at about the same level (see [`MAX_DOUBLINGS`]).
+    same_level: u32,
+    /// Units of hot keys written.
+    written: AcceptedWindow,
+    /// When the range was (last) found.
+    found: Duration,
+    /// Leaky bucket: when the next hot unit is due.
+    due: Duration,
+    last_expiry: Duration,
+    /// Cuts of the range's rate since it was found.
+    pub cuts: u64,
+}
+
+impl Default for HotKeys {
+    fn default() -> Self {
+        Self {
+            keys: HashMap::new(),
+            rate: None,
+            w_max: 0.0,
+            last_cut: Duration::ZERO,
+            same_level: 0,
+            written: AcceptedWindow::new(WINDOW),
+            found: Duration::ZERO,
+            due: Duration::ZERO,
+            last_expiry: Duration::ZERO,
+            cuts: 0,
+        }
+    }
+}
+
+impl HotKeys {
+    pub fn is_hot(&self, key: &str) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// Hot keys now.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The hot range's rate, units/s (None: no hot range known).
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
+    /// Lets `units` of a hot key go at `now` (Ok), or says how long until
+    /// they may (Err).
+    pub fn admit(&mut self, now: Duration, units: f64) -> Result<(), Duration> {
+        let Some(rate) = self.rate else {
+            return Ok(());
+        };
+        let due = self.due.max(now);
+        if due > now + TOLERANCE {
+            return Err(due - now - TOLERANCE);
+        }
+        self.due = due + Duration::from_secs_f64(units / rate);
+        Ok(())
+    }
+
+    /// Learns from an answered request (see the module doc); says whether
+    /// it found a hot range where none was known, or cut its rate.
+    pub fn answer(&mut self, a: &Answer<'_>) -> Change {
+        let now = a.now;
+        self.expire(now);
+        self.written.add(now, a.hot_written);
+        for r in &a.refused {
+            self.remember(r.key, now);
+        }
+        let refused: f64 = a.refused.iter().map(|r| r.units).sum();
+        let hot_refused = a.refused.iter().any(|r| r.was_hot);
+        match self.rate {
+            None if !a.refused.is_empty() => {
+                // The refused keys went out at about their part of the
+                // table's rate (or, with none known, these units in a
+                // second), and that was too much.
+                let part = (refused / a.request_units.max(refused)).min(1.0);
+                let base = if a.table_rate > 0.0 {
+                    a.table_rate * part
+                } else {
+                    refused
+                };
+                let base = base.max(MIN_RATE);
+                self.found = now;
+                self.due = now;
+                self.cut(now, base, refused);
+                return Change::Found;
+            }
+            Some(rate)
+                if hot_refused
+                    && a.sent >= self.last_cut
+                    && now.saturating_sub(self.last_cut) >= COOLDOWN =>
+            {
+                // A young range is measured over what it has (at least a
+                // quarter of the window, the cooldown).
+                let measured = self.written.rate_so_far(now);
+                let base = if measured > 0.0 {
+                    rate.min(measured)
+                } else {
+                    rate
+                };
+                self.cut(now, base, refused);
+                return Change::Cut;
+            }
+            Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
+                let t = now.saturating_sub(self.last_cut).as_secs_f64();
+                let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
+                let c3 = self.w_max * (1.0 - DECREASE) / k.powi(3);
+                let curve = c3 * (t - k).powi(3) + self.w_max;
+                self.rate = Some(curve.max(rate));
+            }
+            _ => {}
+        }
+        Change::None
+    }
+
+    /// Cuts the rate to `DECREASE` x `base`; the `refused` units go again
+    /// once the new rate has paid for them.
+    fn cut(&mut self, now: Duration, base: f64, refused: f64) {
+        let similar = self.cuts > 0 && (base / self.w_max - 1.0).abs() <= 0.15;
+        self.same_level = if similar {
+            (self.same_level + 1).min(MAX_DOUBLINGS)
+        } else {
+            0
+        };
+        self.w_max = base;
+        let rate = (base * DECREASE).max(MIN_RATE);
+        self.rate = Some(rate);
+        self.due = self.due.max(now + Duration::from_secs_f64(refused / rate));
+        self.last_cut = now;
+        self.cuts += 1;
+    }
+
+    fn remember(&mut self, key: &str, now: Duration) {
+        if let Some(t) = self.keys.get_mut(key) {
+            *t = now;
+            return;
+        }
+        if self.keys.len() >= MAX_KEYS {
+            // The least recently refused goes (rare: a scan, at the limit).
+            if let Some(oldest) = self
+                .keys
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(k, _)| k.clone())
+            {
+                self.keys.remove(&oldest);
+            }
+        }
+        self.keys.insert(key.to_string(), now);
+    }
+
+    /// Forgets keys not refused within `TTL` (checked once a second); with
+    /// none left, the range and its rate are forgotten too.
+    fn expire(&mut self, now: Duration) {
+        if now.saturating_sub(self.last_expiry) < Duration::from_secs(1) {
+            return;
+        }
+        self.last_expiry = now;
+        self.keys.retain(|_, t| now.saturating_sub(*t) < TTL);
+        if self.keys.is_empty() {
+            self.rate = None;
+            self.cuts = 0;
+            self.same_level = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: f64) -> Duration {
+        Duration::from_secs_f64(secs)
+    }
+
+    fn sent(units: f64, accepted: bool, hot: bool) -> Sent {
+        Sent {
+            units,
+            accepted,
+            hot,
+        }
+    }
+
+    #[test]
+    fn a_refusal_the_table_could_not_have_made_is_a_key_ranges() {
+        let items = [
+            sent(2.0, false, false), // an accepted 2 follows: key range
+            sent(1.0, true, false),
+            sent(5.0, false, false), // only smaller ones follow: the table's
+            sent(2.0, true, false),
+            sent(1.0, false, true),  // hot: key range
+            sent(1.0, false, false), // last, cold: the table's
+        ];
+        assert_eq!(
+            key_range_refused(&items),
+            vec![true, false, false, false, true, false]
+        );
+    }
+
+    fn refusal(now: f64, key: &str, was_hot: bool) -> Answer<'_> {
+        Answer {
+            now: s(now),
+            sent: s((now - 0.01).max(0.0)),
+            request_units: 25.0,
+            hot_sent: if was_hot { 5.0 } else { 0.0 },
+            hot_written: 0.0,
+            refused: vec![Refused {
+                key,
+                units: 5.0,
+                was_hot,
+            }],
+            table_rate: 200.0,
+        }
+    }
+
+    fn written(now: f64, units: f64) -> Answer<'static> {
+        Answer {
+            now: s(now),
+            sent: s((now - 0.01).max(0.0)),
+            request_units: 25.0,
+            hot_sent: units,
+            hot_written: units,
+            refused: vec![],
+            table_rate: 200.0,
+        }
+    }
+
+    #[test]
+    fn a_refused_key_becomes_hot_and_the_range_starts_below_its_part_of_the_table() {
+        let mut h = HotKeys::default();
+        assert_eq!(h.rate(), None);
+        assert!(h.admit(s(0.0), 100.0).is_ok(), "no range: nothing waits");
+        assert_eq!(h.answer(&refusal(1.0, "k", false)), Change::Found);
+        assert!(h.is_hot("k") && !h.is_hot("other"));
+        // 5 of 25 units at 200 units/s: 40, cut to 32.
+        assert_eq!(h.rate(), Some(32.0));
+        assert_eq!(
+            h.answer(&refusal(1.5, "j", false)),
+            Change::None,
+            "already known, and a new key is not the range's signal"
+        );
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn hot_units_go_at_the_range_rate_and_cold_ones_never_wait() {
+        let mut h = HotKeys::default();
+        h.answer(&refusal(0.0, "k", false));
+        let rate = h.rate().unwrap();
+        // Over 10 s of asking every millisecond, about rate x 10 units go,
+        // less the 5 refused ones the new rate pays for first.
+        let mut admitted = 0.0;
+        for ms in 0..10_000 {
+            if h.admit(Duration::from_millis(ms), 1.0).is_ok() {
+                admitted += 1.0;
+            }
+        }
+        assert!(
+            (admitted - (rate * 10.0 - 5.0)).abs() <= 2.0,
+            "{admitted} units at {rate}/s"
+        );
+        let wait = h.admit(s(10.0), 1.0).unwrap_err();
+        assert!(wait <= s(1.0 / rate), "{wait:?}");
+    }
+
+    #[test]
+    fn refusals_of_hot_keys_cut_to_what_they_wrote_once_per_event_and_never_to_zero() {
+        let mut h = HotKeys::default();
+        h.answer(&refusal(0.0, "k", false));
+        assert_eq!(h.rate(), Some(32.0));
+        // The hot keys write 10 units/s for 3 s, then are refused.
+        for i in 1..=30 {
+            h.answer(&written(f64::from(i) * 0.1, 1.0));
+        }
+        h.answer(&refusal(3.05, "k", true));
+        let r = h.rate().unwrap();
+        assert!((r - 8.0).abs() < 0.5, "0.8 x the 10/s written: {r}");
+        let mut in_flight = refusal(3.5, "k", true);
+        in_flight.sent = s(3.0);
+        h.answer(&in_flight);
+        assert_eq!(h.rate(), Some(r), "sent before the cut: the same event");
+        // Refused again within the cooldown: the same event.
+        let mut young = HotKeys::default();
+        young.answer(&refusal(0.0, "k", false));
+        young.answer(&refusal(0.3, "k", true));
+        assert_eq!(young.rate(), Some(32.0));
+        // Refused again and again with nothing written: the floor holds.
+        for i in 0..100 {
+            h.answer(&refusal(5.0 + f64::from(i) * 1.1, "k", true));
+        }
+        assert_eq!(h.rate(), Some(MIN_RATE));
+    }
+
+    #[test]
+    fn the_rate_climbs_back_while_used_and_a_range_left_alone_is_forgotten() {
+        let mut h = HotKeys::default();
+        h.answer(&refusal(0.0, "k", false));
+        let start = h.rate().unwrap();
+        let mut t = 0.0;
+        while t < 10.0 {
+            t += 0.05;
+            let r = h.rate().unwrap();
+            h.answer(&written(t, r * 0.05));
+        }
+        let back = h.rate().unwrap();
+        assert!(
+            (back - start / DECREASE).abs() < 1.0,
+            "back at the cut's level after PROBE: {back}"
+        );
+        while t < 20.0 {
+            t += 0.05;
+            let r = h.rate().unwrap();
+            h.answer(&written(t, r * 0.05));
+        }
+        assert!(h.rate().unwrap() > back, "then past it");
+        // No refusal for TTL: the keys and the range are forgotten.
+        h.answer(&written(100.0, 1.0));
+        assert!(h.is_empty());
+        assert_eq!(h.rate(), None);
+    }
+
+    #[test]
+    fn at_most_max_keys_are_remembered() {
+        let mut h = HotKeys::default();
+        let keys: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            h.answer(&refusal(i as f64 * 1e-6, k, false));
+        }
+        assert_eq!(h.len(), MAX_KEYS);
+        assert!(!h.is_hot("k0"), "the least recently refused went");
+        assert!(h.is_hot(&keys[MAX_KEYS]));
+    }
+}
