@@ -389,3 +389,49 @@ async fn hot_keys_a_partition_refuses_are_paced_apart_and_refused_rarely() {
         "paced apart, at most half as many requests are refused"
     );
 }
+
+/// An on-demand table with a maximum (the proxy's `--on-demand-max 150`):
+/// DescribeTable through the proxy states `MaxWriteRequestUnits`, the worker
+/// paces to it from the start instead of probing past it, and follows it
+/// when it is raised to 300 mid-run (the admin call, as an UpdateTable of
+/// `OnDemandThroughput` would).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_on_demand_maximum_is_read_paced_to_and_followed_when_raised() {
+    let s = Setup::build(4, "", None).await;
+    let proxy = ThrottleProxy::start(&["--on-demand-max", "150"]);
+    s.use_endpoint(&proxy.endpoint());
+    let (records, total_wcu) = mixed_sizes(3_000);
+    produce(&s.topic, records).await;
+    let started = Instant::now();
+    let w = s.spawn(true);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    proxy.admin(
+        "POST",
+        &format!("/_proxy/capacity?table={}&wcu=300", s.table),
+    );
+    let (code, summary) = w.wait(Duration::from_secs(300));
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 3_000);
+    assert_eq!(s.committed(), s.end_offsets());
+    let requests = u(&summary, "requests");
+    let throttled = u(&summary, "throttled_requests");
+    let st = proxy.stats(&s.table);
+    eprintln!(
+        "on-demand, maximum 150 then 300 WRU/s, {total_wcu} WCU: {elapsed:.1} s, {requests} \
+         requests, {throttled} throttled ({:.1}%), table {}, proxy {} accepted WCU",
+        100.0 * throttled as f64 / requests.max(1) as f64,
+        summary["tables"][0],
+        st["accepted_wcu"]
+    );
+    assert_eq!(
+        summary["tables"][0]["capacity"].as_f64(),
+        Some(300.0),
+        "the raised maximum was read: {summary}"
+    );
+    assert!(
+        throttled * 10 <= requests,
+        "paced to the maximum, not probing past it: {throttled} of {requests}"
+    );
+}

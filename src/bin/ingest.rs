@@ -114,6 +114,17 @@ enum Command {
         /// A partition's maximum, WCU/s (with --partitions).
         #[arg(long, default_value_t = ingest::proxy::partitions::PARTITION_MAX_WCU)]
         partition_wcu: f64,
+        /// On-demand tables: what a new one admits at once, WRU/s (AWS: 4,000;
+        /// it then admits twice each new peak).
+        #[arg(long, default_value_t = ingest::proxy::on_demand::NEW_TABLE_WRU)]
+        on_demand_start: f64,
+        /// On-demand tables: their MaxWriteRequestUnits (default: each
+        /// table's own, if any).
+        #[arg(long)]
+        on_demand_max: Option<f64>,
+        /// On-demand tables: seconds before a new peak counts (AWS: 30 min).
+        #[arg(long, default_value_t = ingest::proxy::on_demand::SCALE_S)]
+        on_demand_scale_s: f64,
     },
     /// Score throttle strategies in a simulated fleet, in virtual time
     /// (scenarios: config/scenarios/). Prints a table; writes JSON, an SVG
@@ -256,6 +267,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             schedule,
             partitions,
             partition_wcu,
+            on_demand_start,
+            on_demand_max,
+            on_demand_scale_s,
         } => {
             telemetry::init_logs(&human);
             let cfg = ingest::proxy::ProxyConfig {
@@ -267,6 +281,11 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 schedule: schedule.0,
                 partitions,
                 partition_wcu,
+                on_demand: ingest::proxy::OnDemandConfig {
+                    start: on_demand_start,
+                    max: on_demand_max,
+                    scale_s: on_demand_scale_s,
+                },
             };
             ingest::proxy::serve(cfg, shutdown_on_signals()).await?;
             Ok(ExitCode::SUCCESS)

@@ -9,7 +9,6 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::bucket::Bucket;
 use super::table::{set_rate, TableState};
 use super::{respond, Proxy, Resp};
 
@@ -26,7 +25,7 @@ impl Proxy {
                     .iter()
                     .map(|(t, st)| {
                         let mut s = st.stats.clone();
-                        s.wcu = st.bucket.as_ref().map(Bucket::rate);
+                        s.wcu = st.capacity();
                         s.offered_wcu = st.offered();
                         s.first_write_s = st.first_write.map(|d| d.as_secs_f64());
                         s.last_accept_s = st.last_accept.map(|d| d.as_secs_f64());
@@ -47,11 +46,25 @@ impl Proxy {
                 };
                 self.ensure_table(table).await;
                 let now = self.now();
-                if let Some(st) = self.tables.lock().get_mut(*table) {
-                    set_rate(st, wcu, now);
+                let on_demand = match self.tables.lock().get_mut(*table) {
+                    Some(st) => match st.on_demand.as_mut() {
+                        Some(od) => {
+                            od.set_max(Some(wcu), now);
+                            true
+                        }
+                        None => {
+                            set_rate(st, wcu, now);
+                            false
+                        }
+                    },
+                    None => false,
+                };
+                if on_demand {
+                    info!(table, wcu, "on-demand maximum changed (admin)");
+                } else {
+                    info!(table, wcu, "capacity changed (admin)");
+                    self.update_upstream(table, wcu).await;
                 }
-                info!(table, wcu, "capacity changed (admin)");
-                self.update_upstream(table, wcu).await;
                 respond(
                     StatusCode::OK,
                     json!({ "table": table, "wcu": wcu }).to_string(),
@@ -71,6 +84,50 @@ impl Proxy {
             }
             _ => respond(StatusCode::NOT_FOUND, "unknown admin path".into()),
         }
+    }
+
+    /// A DescribeTable answer for a table the proxy models as on-demand:
+    /// states its maximum and warm throughput as DynamoDB would
+    /// (`OnDemandThroughput`, `WarmThroughput`).
+    pub(super) async fn describe_on_demand(&self, table: &str, resp: Resp) -> Resp {
+        use http_body_util::BodyExt;
+        self.ensure_table(table).await;
+        let shown = self
+            .tables
+            .lock()
+            .get(table)
+            .and_then(|st| st.on_demand.as_ref().map(|od| (od.max(), od.warm())));
+        let Some((max, warm)) = shown else {
+            return resp;
+        };
+        let (mut parts, body) = resp.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
+            return hyper::Response::from_parts(parts, http_body_util::Full::new(bytes));
+        };
+        if let Some(t) = v.get_mut("Table").and_then(Value::as_object_mut) {
+            t.insert(
+                "OnDemandThroughput".into(),
+                json!({"MaxReadRequestUnits": -1,
+                       "MaxWriteRequestUnits": max.map_or(-1, |m| m.round() as i64)}),
+            );
+            t.insert(
+                "WarmThroughput".into(),
+                json!({"ReadUnitsPerSecond": (3.0 * warm).round() as i64,
+                       "WriteUnitsPerSecond": warm.round() as i64,
+                       "Status": "ACTIVE"}),
+            );
+        }
+        parts.headers.remove("x-amz-crc32");
+        parts.headers.remove("content-length");
+        hyper::Response::from_parts(
+            parts,
+            http_body_util::Full::new(bytes::Bytes::from(v.to_string())),
+        )
     }
 
     /// After an UpdateTable went through: enforce the table's new capacity.

@@ -4,7 +4,9 @@
 //!
 //! - Each table's capacity is its provisioned WCU (read with DescribeTable from
 //!   upstream; `--wcu` overrides), enforced by a token bucket with DynamoDB-style
-//!   burst credit ([`bucket`]). On-demand tables are not limited.
+//!   burst credit ([`bucket`]). On-demand tables admit twice their previous
+//!   peak, up to their `MaxWriteRequestUnits` ([`on_demand`]); DescribeTable
+//!   answers say that maximum and the warm throughput as DynamoDB would.
 //! - BatchWriteItem: the write requests that fit are forwarded, the rest come
 //!   back in `UnprocessedItems` (HTTP 200); when none fit, HTTP 400 with
 //!   `ProvisionedThroughputExceededException`. PutItem: fits or 400.
@@ -21,6 +23,7 @@
 
 mod admin;
 pub mod bucket;
+pub mod on_demand;
 pub mod partitions;
 mod table;
 pub mod wire;
@@ -45,6 +48,7 @@ use tracing::{info, warn};
 
 use crate::sink::dynamodb::Dynamo;
 use bucket::Bucket;
+use on_demand::OnDemand;
 use partitions::Partitions;
 pub use table::TableStats;
 use table::{count_for, TableState};
@@ -65,6 +69,28 @@ pub struct ProxyConfig {
     /// table's bucket only).
     pub partitions: Option<usize>,
     pub partition_wcu: f64,
+    pub on_demand: OnDemandConfig,
+}
+
+/// How on-demand tables are modelled (see [`on_demand`]).
+#[derive(Debug, Clone)]
+pub struct OnDemandConfig {
+    /// What a new table admits at once, units/s.
+    pub start: f64,
+    /// MaxWriteRequestUnits for every on-demand table (None: each table's).
+    pub max: Option<f64>,
+    /// Seconds before a new peak counts.
+    pub scale_s: f64,
+}
+
+impl Default for OnDemandConfig {
+    fn default() -> Self {
+        Self {
+            start: on_demand::NEW_TABLE_WRU,
+            max: None,
+            scale_s: on_demand::SCALE_S,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,13 +165,10 @@ fn respond(status: StatusCode, body: String) -> Resp {
 }
 
 fn throttled(reasons: &[(String, &'static str)]) -> Resp {
-    let mut r = respond(StatusCode::BAD_REQUEST, wire::throttle_body(reasons));
-    r.headers_mut().insert(
-        "x-amzn-errortype",
-        "ProvisionedThroughputExceededException"
-            .parse()
-            .expect("valid header"),
-    );
+    let (body, kind) = wire::throttle_body(reasons);
+    let mut r = respond(StatusCode::BAD_REQUEST, body);
+    r.headers_mut()
+        .insert("x-amzn-errortype", kind.parse().expect("valid header"));
     r
 }
 
@@ -184,6 +207,16 @@ impl Proxy {
         match target.as_str() {
             "BatchWriteItem" => self.batch_write(parts, body).await,
             "PutItem" => self.put_item(parts, body).await,
+            "DescribeTable" => {
+                let table = table_name(&body);
+                let resp = self.forward(&parts, body).await;
+                match table {
+                    Some(t) if resp.status().is_success() => {
+                        self.describe_on_demand(&t, resp).await
+                    }
+                    _ => resp,
+                }
+            }
             "UpdateTable" => {
                 let table = table_name(&body);
                 let resp = self.forward(&parts, body).await;
@@ -211,6 +244,14 @@ impl Proxy {
             }
         };
         let now = self.now();
+        let on_demand = match (&info, wcu) {
+            (Ok(i), None) => {
+                let od = &self.cfg.on_demand;
+                let max = od.max.or(i.max_write);
+                Some(OnDemand::new(od.start, max, od.scale_s, now))
+            }
+            _ => None,
+        };
         let partitions = self
             .cfg
             .partitions
@@ -225,6 +266,7 @@ impl Proxy {
             next_step: 0,
             partitions,
             hash_key: info.ok().map(|i| i.key.hash.name),
+            on_demand,
         };
         self.tables.lock().entry(table.to_string()).or_insert(state);
     }
@@ -366,6 +408,7 @@ impl Proxy {
             wire::Admit::Yes => {}
             wire::Admit::Table => return throttled(&[(table, wire::TABLE_WRITE_PROVISIONED)]),
             wire::Admit::KeyRange => return throttled(&[(table, wire::TABLE_WRITE_KEY_RANGE)]),
+            wire::Admit::Max => return throttled(&[(table, wire::TABLE_WRITE_MAX_ON_DEMAND)]),
         }
         let resp = self.forward(&parts, body).await;
         let mut map = self.tables.lock();

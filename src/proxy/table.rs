@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::bucket::Bucket;
+use super::on_demand::{OnDemand, Refusal};
 use super::partitions::Partitions;
 use super::wire::{partition_key, Admit};
 
@@ -48,6 +49,8 @@ pub(super) struct TableState {
     pub(super) partitions: Option<Partitions>,
     /// The partition key's name, to place items in partitions.
     pub(super) hash_key: Option<String>,
+    /// The on-demand model, for a table without provisioned capacity.
+    pub(super) on_demand: Option<OnDemand>,
 }
 
 impl TableState {
@@ -56,6 +59,13 @@ impl TableState {
     pub(super) fn admit(&mut self, req: &Value, cost: f64, now: Duration) -> Admit {
         if !self.bucket.as_mut().is_none_or(|b| b.try_take(cost, now)) {
             return Admit::Table;
+        }
+        if let Some(od) = self.on_demand.as_mut() {
+            match od.try_take(cost, now) {
+                Ok(()) => {}
+                Err(Refusal::Max) => return Admit::Max,
+                Err(Refusal::Peak) => return Admit::KeyRange,
+            }
         }
         let Some(parts) = self.partitions.as_mut() else {
             return Admit::Yes;
@@ -67,6 +77,9 @@ impl TableState {
         if let Some(b) = self.bucket.as_mut() {
             b.refund(cost);
         }
+        if let Some(od) = self.on_demand.as_mut() {
+            od.refund(cost);
+        }
         self.stats.key_range_refused_items += 1;
         Admit::KeyRange
     }
@@ -76,6 +89,9 @@ impl TableState {
     pub(super) fn refund(&mut self, req: &Value, cost: f64) {
         if let Some(b) = self.bucket.as_mut() {
             b.refund(cost);
+        }
+        if let Some(od) = self.on_demand.as_mut() {
+            od.refund(cost);
         }
         if let Some(parts) = self.partitions.as_mut() {
             let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
@@ -87,7 +103,7 @@ impl TableState {
     pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 4] {
         let start = self.first_write.unwrap_or(now);
         let i = now.saturating_sub(start).as_secs() as usize;
-        let wcu = self.bucket.as_ref().map_or(0.0, Bucket::rate);
+        let wcu = self.capacity().unwrap_or(0.0);
         while self.stats.timeline.len() <= i {
             let sec = self.stats.timeline.len() as f64;
             self.stats.timeline.push([sec, 0.0, 0.0, wcu]);
@@ -95,6 +111,15 @@ impl TableState {
         let slot = &mut self.stats.timeline[i];
         slot[3] = wcu;
         slot
+    }
+
+    /// The capacity in force: the bucket's, or what an on-demand table
+    /// admits now.
+    pub(super) fn capacity(&self) -> Option<f64> {
+        self.bucket
+            .as_ref()
+            .map(Bucket::rate)
+            .or_else(|| self.on_demand.as_ref().map(OnDemand::limit))
     }
 
     pub(super) fn offered(&self) -> f64 {
@@ -146,6 +171,7 @@ mod tests {
             next_step: 0,
             partitions: Some(Partitions::new(1, 2.0, 1.0, t0)),
             hash_key: Some("id".into()),
+            on_demand: None,
         };
         let req = json!({"PutRequest": {"Item": {"id": {"S": "a"}}}});
         assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);

@@ -12,6 +12,10 @@ pub const THROTTLE_TYPE: &str =
 pub const TABLE_WRITE_PROVISIONED: &str = "TableWriteProvisionedThroughputExceeded";
 /// `ThrottlingReasons` of a partition (key range) over its own maximum.
 pub const TABLE_WRITE_KEY_RANGE: &str = "TableWriteKeyRangeThroughputExceeded";
+/// `throttlingReasons` of an on-demand table at its MaxWriteRequestUnits.
+pub const TABLE_WRITE_MAX_ON_DEMAND: &str = "TableWriteMaxOnDemandThroughputExceeded";
+/// The error DynamoDB answers with when an on-demand maximum is exceeded.
+pub const THROTTLING_TYPE: &str = "com.amazonaws.dynamodb.v20120810#ThrottlingException";
 
 /// The ARN DynamoDB names a table by in `ThrottlingReasons` (the proxy does
 /// not know the region or account; LocalStack's account is all zeros).
@@ -19,22 +23,32 @@ pub fn table_arn(table: &str) -> String {
     format!("arn:aws:dynamodb:us-east-1:000000000000:table/{table}")
 }
 
-/// The body of a throttled write, with one `ThrottlingReasons` entry per
-/// (table, reason): the JSON 1.0 protocol's shape for
-/// ProvisionedThroughputExceededException (`reason`, `resource`; AWS SDKs
-/// read them as `throttling_reasons()`).
-pub fn throttle_body(reasons: &[(String, &'static str)]) -> String {
-    let reasons: Vec<Value> = reasons
+/// The body of a throttled write and its error type, with one reason entry
+/// per (table, reason), in the JSON 1.0 protocol's shapes (`reason`,
+/// `resource`; AWS SDKs read them as `throttling_reasons()`): a
+/// ThrottlingException with `throttlingReasons` when an on-demand maximum
+/// is among them, else a ProvisionedThroughputExceededException with
+/// `ThrottlingReasons` (the two differ in case, as DynamoDB's model does).
+pub fn throttle_body(reasons: &[(String, &'static str)]) -> (String, &'static str) {
+    let list: Vec<Value> = reasons
         .iter()
         .map(|(table, reason)| json!({"reason": reason, "resource": table_arn(table)}))
         .collect();
-    json!({
+    if reasons.iter().any(|(_, r)| *r == TABLE_WRITE_MAX_ON_DEMAND) {
+        let body = json!({
+            "__type": THROTTLING_TYPE,
+            "message": "Throughput exceeds the maximum on-demand throughput configured for the table.",
+            "throttlingReasons": list,
+        });
+        return (body.to_string(), "ThrottlingException");
+    }
+    let body = json!({
         "__type": THROTTLE_TYPE,
         "message": "The level of configured provisioned throughput for the table was exceeded. \
                     Consider increasing your provisioning level with the UpdateTable API.",
-        "ThrottlingReasons": reasons,
-    })
-    .to_string()
+        "ThrottlingReasons": list,
+    });
+    (body.to_string(), "ProvisionedThroughputExceededException")
 }
 
 /// Whether a write request fits, and if not, what refused it.
@@ -43,8 +57,11 @@ pub enum Admit {
     Yes,
     /// The table's capacity.
     Table,
-    /// The item's partition (its key range).
+    /// The item's partition (its key range), or an on-demand table past
+    /// twice its previous peak.
     KeyRange,
+    /// An on-demand table's MaxWriteRequestUnits.
+    Max,
 }
 
 /// The partition-key value of a write request as JSON text (`{"S":"a"}`),
@@ -110,8 +127,8 @@ pub struct Split {
     /// WCU taken, per table (accepted once upstream writes them).
     pub taken: Vec<(String, f64)>,
     pub accepted_items: usize,
-    /// Per table, the first reason an item was refused for (a refusal by
-    /// the table's capacity wins over one by a key range).
+    /// Per table, the reason items were refused for (the table's capacity
+    /// wins over an on-demand maximum, which wins over a key range).
     pub reasons: Vec<(String, &'static str)>,
 }
 
@@ -134,6 +151,10 @@ pub fn split_batch(body: &Value, mut take: impl FnMut(&str, &Value, f64) -> Admi
                         continue;
                     }
                     Admit::Table => reason = Some(TABLE_WRITE_PROVISIONED),
+                    Admit::Max if reason != Some(TABLE_WRITE_PROVISIONED) => {
+                        reason = Some(TABLE_WRITE_MAX_ON_DEMAND);
+                    }
+                    Admit::Max => {}
                     Admit::KeyRange => {
                         reason = reason.or(Some(TABLE_WRITE_KEY_RANGE));
                     }
@@ -227,13 +248,23 @@ mod tests {
 
     #[test]
     fn the_throttle_body_is_dynamodbs_with_its_reasons() {
-        let body = throttle_body(&[("t".into(), TABLE_WRITE_KEY_RANGE)]);
+        let (body, kind) = throttle_body(&[("t".into(), TABLE_WRITE_KEY_RANGE)]);
+        assert_eq!(kind, "ProvisionedThroughputExceededException");
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["__type"], THROTTLE_TYPE);
         assert_eq!(
             v["ThrottlingReasons"][0],
             json!({"reason": "TableWriteKeyRangeThroughputExceeded",
                    "resource": "arn:aws:dynamodb:us-east-1:000000000000:table/t"})
+        );
+        // An on-demand maximum: ThrottlingException, camelCase reasons.
+        let (body, kind) = throttle_body(&[("t".into(), TABLE_WRITE_MAX_ON_DEMAND)]);
+        assert_eq!(kind, "ThrottlingException");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["__type"], THROTTLING_TYPE);
+        assert_eq!(
+            v["throttlingReasons"][0]["reason"],
+            "TableWriteMaxOnDemandThroughputExceeded"
         );
     }
 

@@ -174,9 +174,16 @@ impl Dynamo {
             hash,
             range: attr(DdbKeyType::Range),
         };
+        // An on-demand maximum (-1 or absent: none).
+        let max_write = desc
+            .on_demand_throughput()
+            .and_then(|o| o.max_write_request_units())
+            .filter(|m| *m > 0)
+            .map(|m| m as f64);
         Ok(TableInfo {
             key: schema,
             capacity,
+            max_write,
         })
     }
 

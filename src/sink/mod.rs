@@ -101,11 +101,21 @@ pub struct BatchOutcome {
 }
 
 /// A table as DescribeTable shows it: its key and provisioned write capacity
-/// (None for on-demand tables).
+/// (None for on-demand tables), and an on-demand table's
+/// `MaxWriteRequestUnits` (None: no maximum set).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableInfo {
     pub key: KeySchema,
     pub capacity: Option<f64>,
+    pub max_write: Option<f64>,
+}
+
+impl TableInfo {
+    /// What the table admits at most: its provisioned capacity, or an
+    /// on-demand table's maximum (None: on demand without one).
+    pub fn limit(&self) -> Option<f64> {
+        self.capacity.or(self.max_write)
+    }
 }
 
 /// A future the sink returns (boxed: the trait is used as `dyn Sink`).

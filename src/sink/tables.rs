@@ -103,7 +103,7 @@ pub async fn resolve_routes(
                     .with_budget(settings.budget_for(table))
                     .with_hot_keys(th.hot_keys)
                     .with_latency(exporter.map(|e| e.latency(table)));
-                control.set_capacity(info.capacity);
+                control.set_capacity(info.limit());
                 let t = Arc::new(Table {
                     name: table.as_str().into(),
                     schema: info.key,
@@ -270,7 +270,7 @@ pub fn poll_capacity(
                     Ok(info) => {
                         live.dynamo_ok();
                         if follow {
-                            t.control.set_capacity(info.capacity);
+                            t.control.set_capacity(info.limit());
                         }
                     }
                     Err(e) => {
@@ -350,6 +350,7 @@ mod tests {
             TableInfo {
                 key,
                 capacity: Some(100.0),
+                max_write: None,
             },
         );
         // Unavailable for 5 s, then back: found.

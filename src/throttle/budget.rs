@@ -36,9 +36,9 @@ impl Budget {
         }
     }
 
-    /// The job's limit on the table, WCU/s, given its provisioned capacity
-    /// (None: no budget, or only a fraction of a capacity not known, as on
-    /// an on-demand table).
+    /// The job's limit on the table, WCU/s, given its capacity (provisioned,
+    /// or an on-demand table's maximum); None: no budget, or only a fraction
+    /// of a capacity not known (an on-demand table without a maximum).
     pub fn limit(&self, capacity: Option<f64>) -> Option<f64> {
         lower(self.fraction.zip(capacity).map(|(f, c)| f * c), self.wcu)
     }
