@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use super::table::{set_rate, TableState};
-use super::{respond, Proxy, Resp};
+use super::{json_of, respond, with_json, Proxy, Resp};
 
 impl Proxy {
     pub(super) async fn admin(&self, path: &str, query: &str) -> Resp {
@@ -88,28 +88,30 @@ impl Proxy {
 
     /// A DescribeTable answer for a table the proxy models as on-demand:
     /// states its maximum and warm throughput as DynamoDB would
-    /// (`OnDemandThroughput`, `WarmThroughput`).
+    /// (`OnDemandThroughput`, `WarmThroughput`). A provisioned table is left
+    /// alone: its state starts at its first write, not here (its bucket
+    /// banks burst credit from then on).
     pub(super) async fn describe_on_demand(&self, table: &str, resp: Resp) -> Resp {
-        use http_body_util::BodyExt;
+        if self.cfg.wcu.is_some() {
+            return resp;
+        }
+        let (parts, mut body) = json_of(resp).await;
+        let provisioned = body
+            .pointer("/Table/ProvisionedThroughput/WriteCapacityUnits")
+            .and_then(Value::as_i64)
+            .is_some_and(|w| w > 0);
+        if provisioned {
+            return with_json(parts, &body);
+        }
         self.ensure_table(table).await;
         let shown = self
             .tables
             .lock()
             .get(table)
             .and_then(|st| st.on_demand.as_ref().map(|od| (od.max(), od.warm())));
-        let Some((max, warm)) = shown else {
-            return resp;
-        };
-        let (mut parts, body) = resp.into_parts();
-        let bytes = body
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
-            return hyper::Response::from_parts(parts, http_body_util::Full::new(bytes));
-        };
-        if let Some(t) = v.get_mut("Table").and_then(Value::as_object_mut) {
+        if let (Some((max, warm)), Some(t)) =
+            (shown, body.get_mut("Table").and_then(Value::as_object_mut))
+        {
             t.insert(
                 "OnDemandThroughput".into(),
                 json!({"MaxReadRequestUnits": -1,
@@ -122,12 +124,7 @@ impl Proxy {
                        "Status": "ACTIVE"}),
             );
         }
-        parts.headers.remove("x-amz-crc32");
-        parts.headers.remove("content-length");
-        hyper::Response::from_parts(
-            parts,
-            http_body_util::Full::new(bytes::Bytes::from(v.to_string())),
-        )
+        with_json(parts, &body)
     }
 
     /// After an UpdateTable went through: enforce the table's new capacity.

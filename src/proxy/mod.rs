@@ -306,7 +306,7 @@ impl Proxy {
         if !ok || withheld.map(Vec::len).sum::<usize>() == 0 {
             return resp;
         }
-        merge_into_response(resp, &split.withheld).await
+        edit_json(resp, |v| wire::merge_unprocessed(v, &split.withheld)).await
     }
 
     /// Counts the request, applies due capacity steps and takes from each
@@ -465,16 +465,27 @@ fn table_name(body: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn merge_into_response(resp: Resp, withheld: &serde_json::Map<String, Value>) -> Resp {
-    let (mut parts, body) = resp.into_parts();
+/// A response's head and its body as JSON (`null` when it is not JSON).
+async fn json_of(resp: Resp) -> (hyper::http::response::Parts, Value) {
+    let (parts, body) = resp.into_parts();
     let bytes = body
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let mut json: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({}));
-    wire::merge_unprocessed(&mut json, withheld);
-    // The body changed: the upstream checksum no longer applies.
+    (parts, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// A response with this head and JSON body (the upstream checksum, if any,
+/// no longer applies).
+fn with_json(mut parts: hyper::http::response::Parts, body: &Value) -> Resp {
     parts.headers.remove("x-amz-crc32");
-    Response::from_parts(parts, Full::new(Bytes::from(json.to_string())))
+    Response::from_parts(parts, Full::new(Bytes::from(body.to_string())))
+}
+
+/// Rewrites a JSON response body with `edit`.
+async fn edit_json(resp: Resp, edit: impl FnOnce(&mut Value)) -> Resp {
+    let (parts, mut body) = json_of(resp).await;
+    edit(&mut body);
+    with_json(parts, &body)
 }

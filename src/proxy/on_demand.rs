@@ -113,12 +113,14 @@ impl OnDemand {
     /// Closes the seconds that ended and counts the peaks that are due.
     fn roll(&mut self, now: Duration) {
         let one = Duration::from_secs(1);
-        while now >= self.second.0 + one {
-            let (start, units) = self.second;
+        let (start, units) = self.second;
+        let whole = now.saturating_sub(start).as_secs();
+        if whole > 0 {
+            // The second counted ended (the ones after it, if any, were idle).
             if units > 0.0 {
                 self.pending.push_back((start + one + self.scale, units));
             }
-            self.second = (start + one, 0.0);
+            self.second = (start + Duration::from_secs(whole), 0.0);
         }
         let before = self.limit();
         while let Some(&(due, units)) = self.pending.front() {

@@ -25,7 +25,8 @@ pub struct TableStats {
     /// Items refused by their partition's maximum while the table had room
     /// (`--partitions`), whether answered 400 or unprocessed.
     pub key_range_refused_items: u64,
-    /// Capacity in force (from the bucket, filled in when served).
+    /// Capacity in force (the bucket's, or what an on-demand table admits
+    /// now; filled in when served).
     pub wcu: Option<f64>,
     pub offered_wcu: f64,
     pub first_write_s: Option<f64>,

@@ -40,6 +40,7 @@ use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
+use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::Control;
 use crate::throttle::hot::{self, key_range_refused, Sent};
 use crate::throttle::simple::Exponential;
@@ -152,13 +153,12 @@ impl Writer {
             // One request carries what the table admits at once (the whole
             // batch unless partial answers taught otherwise), and a hot
             // key's slot only when the hot range's pace lets it go.
-            let (send, rest, hot_wait) = compose(ctl, remaining);
+            let (mut send, rest, hot_wait) = compose(ctl, remaining);
             if send.is_empty() {
                 remaining = rest; // only hot keys' slots, not due yet
                 self.wait(ctl, hot_wait, &remaining, started).await;
                 continue;
             }
-            let mut send = send;
             let cost: u32 = send.iter().map(Slot::wcu).sum();
             let alive = || self.any_live(&send, started);
             let paced = tokio::select! {
@@ -171,20 +171,20 @@ impl Writer {
                 continue;
             }
             started = true;
-            let hot: Vec<bool> = send
-                .iter()
-                .map(|s| ctl.is_hot(partition_part(&s.key)))
-                .collect();
+            // Hot as the request leaves (keys may have turned hot while it
+            // waited at the pacer).
+            let attempt = Attempt {
+                hot: ctl.which_hot(send.iter().map(|s| partition_part(&s.key))),
+                at: ctl.now(),
+            };
             let items = send.iter().map(|s| s.item().clone()).collect();
             self.events(table, ctl).request_sent();
             let sent = tokio::time::Instant::now();
-            let sent_at = ctl.now();
             let answer = self.sink.batch_write(table, items).await;
             ctl.observe_latency(sent.elapsed());
             let heard = match answer {
                 Ok(outcome) => {
-                    let (todo, heard) =
-                        self.answered(table, (send, &hot, sent_at), &outcome, schema, ctl);
+                    let (todo, heard) = self.answered(table, send, &attempt, &outcome, schema, ctl);
                     remaining = joined(todo, rest);
                     heard
                 }
@@ -194,13 +194,16 @@ impl Writer {
                     if scope == ThrottleScope::Ceiling {
                         ctl.note_ceiling();
                     }
-                    let refused = vec![true; send.len()];
-                    let reading = if key_range {
-                        Reading::KeyRange
-                    } else {
-                        Reading::Table
+                    let refusal = Refusal {
+                        refused: vec![true; send.len()],
+                        reading: if key_range {
+                            Reading::KeyRange
+                        } else {
+                            Reading::Table
+                        },
+                        consumed: Some(0.0),
                     };
-                    let heard = self.heard(table, &send, &hot, &refused, reading, sent_at, ctl);
+                    let heard = self.heard(table, &send, &attempt, &refusal, ctl);
                     remaining = joined(send, rest);
                     heard
                 }
@@ -246,27 +249,30 @@ impl Writer {
     fn answered(
         &self,
         table: &str,
-        (send, hot, sent_at): (Vec<Slot>, &[bool], Duration),
+        send: Vec<Slot>,
+        attempt: &Attempt,
         outcome: &BatchOutcome,
         schema: &KeySchema,
         ctl: &Control,
     ) -> (Vec<Slot>, Heard) {
         let left = unprocessed_keys(&outcome.unprocessed, schema);
-        let refused: Vec<bool> = send
-            .iter()
-            .map(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)))
-            .collect();
-        // Which refusals a key range made is read from which items came
-        // back; unless they could not be matched.
-        let reading = if left.is_some() {
-            Reading::Partial
-        } else {
-            Reading::Table
+        let refusal = Refusal {
+            refused: send
+                .iter()
+                .map(|s| left.as_ref().is_none_or(|l| l.contains(&s.key)))
+                .collect(),
+            // Which refusals a key range made is read from which items came
+            // back; unless they could not be matched.
+            reading: if left.is_some() {
+                Reading::Partial
+            } else {
+                Reading::Table
+            },
+            consumed: outcome.consumed_wcu,
         };
-        let accepted = outcome.consumed_wcu;
-        let mut heard = self.heard(table, &send, hot, &refused, reading, sent_at, ctl);
+        let heard = self.heard(table, &send, attempt, &refusal, ctl);
         let (mut todo, mut done) = (Vec::new(), Vec::new());
-        for (slot, r) in send.into_iter().zip(refused) {
+        for (slot, r) in send.into_iter().zip(refusal.refused) {
             if r {
                 todo.push(slot);
             } else {
@@ -277,24 +283,19 @@ impl Writer {
         if !todo.is_empty() {
             self.events(table, ctl).partially_processed(todo.len());
         }
-        heard.accepted = accepted.unwrap_or(heard.written);
         (todo, heard)
     }
 
-    /// What an answer tells the table's control and the hot range: `refused`
-    /// says which slots came back, `reading` who refused them; the request
-    /// left at `sent_at` on the control's clock.
-    #[allow(clippy::too_many_arguments)]
+    /// What an answer tells the table's control and the hot range.
     fn heard(
         &self,
         table: &str,
         send: &[Slot],
-        hot: &[bool],
-        refused: &[bool],
-        reading: Reading,
-        sent_at: Duration,
+        attempt: &Attempt,
+        answer: &Refusal,
         ctl: &Control,
     ) -> Heard {
+        let (hot, refused) = (&attempt.hot, &answer.refused);
         let units: Vec<f64> = send.iter().map(|s| f64::from(s.wcu())).collect();
         let sent: f64 = units.iter().sum();
         let written: f64 = units
@@ -303,7 +304,7 @@ impl Writer {
             .filter(|(_, r)| !**r)
             .map(|(u, _)| u)
             .sum();
-        let by_range: Vec<bool> = match reading {
+        let by_range: Vec<bool> = match answer.reading {
             _ if !ctl.paces_hot_keys() => vec![false; send.len()],
             Reading::Table => vec![false; send.len()],
             Reading::KeyRange => vec![true; send.len()],
@@ -323,7 +324,7 @@ impl Writer {
         };
         // The hot range hears of its keys, and of every key a range refused.
         let mut range = hot::Answer {
-            sent: sent_at,
+            sent: attempt.at,
             request_units: sent,
             ..hot::Answer::default()
         };
@@ -334,13 +335,10 @@ impl Writer {
         let mut table_refused = false;
         let mut apart = 0.0; // refused units the hot range answers for
         for (i, slot) in send.iter().enumerate() {
-            if hot[i] {
-                range.hot_sent += units[i];
-                if !refused[i] {
+            if !refused[i] {
+                if hot[i] {
                     range.hot_written += units[i];
                 }
-            }
-            if !refused[i] {
                 continue;
             }
             if by_range[i] {
@@ -356,21 +354,15 @@ impl Writer {
                 table_refused = true;
             }
         }
-        if range.hot_sent > 0.0 || !range.refused.is_empty() {
-            let change = ctl.hot_answer(range);
-            if change != hot::Change::None {
-                let r = ctl.report();
-                let events = self.events(table, ctl);
-                match change {
-                    hot::Change::Found => events.hot_range_found(r.hot_keys, r.hot_rate),
-                    _ => events.hot_range_cut(r.hot_keys, r.hot_rate),
-                }
+        if hot.contains(&true) || !range.refused.is_empty() {
+            if let Some((change, keys, rate)) = ctl.hot_answer(range) {
+                self.events(table, ctl).hot_range(change, keys, rate);
             }
         }
         let nothing_for_table = apart > 0.0 && !table_refused && written == 0.0;
         Heard {
             table: (!nothing_for_table).then_some((table_refused, sent - apart)),
-            accepted: 0.0,
+            accepted: answer.consumed.unwrap_or(written),
             written,
         }
     }
@@ -466,6 +458,21 @@ impl Writer {
     }
 }
 
+/// A request as it left: which of its slots' keys were hot, and when (on
+/// the control's clock).
+struct Attempt {
+    hot: Vec<bool>,
+    at: Duration,
+}
+
+/// What an answer refused: which slots came back, who refused them, and the
+/// capacity consumed (ConsumedCapacity; None: not reported).
+struct Refusal {
+    refused: Vec<bool>,
+    reading: Reading,
+    consumed: Option<f64>,
+}
+
 /// Who refused what an answer returned.
 #[derive(Clone, Copy)]
 enum Reading {
@@ -480,7 +487,7 @@ enum Reading {
 /// What an answer tells the table's control.
 struct Heard {
     /// (throttled, units sent) for the table's strategy; None when only
-    /// keys already paced apart were refused and nothing was written.
+    /// keys the hot range answers for were refused and nothing was written.
     table: Option<(bool, f64)>,
     /// ConsumedCapacity (or the written units when not reported).
     accepted: f64,
@@ -493,38 +500,32 @@ struct Heard {
 /// lets them go, all at once (slots behind them are not held up). When only
 /// hot slots are left and they may not go yet, the request is empty and the
 /// wait is returned.
-fn compose(ctl: &Control, remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
+fn compose(ctl: &Control, mut remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
     let limit = ctl.max_request_units();
-    let (mut send, mut hot, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-    let mut units = 0.0;
-    let mut full = false;
-    for slot in remaining {
-        let cost = f64::from(slot.wcu());
-        let first = send.is_empty() && hot.is_empty();
-        full = full || (!first && limit.is_some_and(|l| units + cost > l + 1e-9));
-        if full {
-            rest.push(slot);
-            continue;
-        }
-        units += cost;
-        if ctl.is_hot(partition_part(&slot.key)) {
-            hot.push(slot);
+    let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
+    let mut rest = remaining.split_off(n);
+    let hot = ctl.which_hot(remaining.iter().map(|s| partition_part(&s.key)));
+    if !hot.contains(&true) {
+        return (remaining, rest, Duration::ZERO);
+    }
+    let (mut send, mut held) = (Vec::new(), Vec::new());
+    for (slot, h) in remaining.into_iter().zip(hot) {
+        if h {
+            held.push(slot);
         } else {
             send.push(slot);
         }
     }
-    let mut wait = Duration::ZERO;
-    if !hot.is_empty() {
-        match ctl.hot_admit(hot.iter().map(Slot::wcu).sum()) {
-            Ok(()) => send.append(&mut hot),
-            Err(w) => {
-                wait = w;
-                hot.append(&mut rest);
-                rest = hot;
-            }
+    match ctl.hot_admit(held.iter().map(Slot::wcu).sum()) {
+        Ok(()) => {
+            send.append(&mut held);
+            (send, rest, Duration::ZERO)
+        }
+        Err(wait) => {
+            held.append(&mut rest);
+            (send, held, wait)
         }
     }
-    (send, rest, wait)
 }
 
 /// `a` then `b`.

@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 use super::Counters;
 use crate::acks::RecordRef;
 use crate::offsets::TopicPartition;
+use crate::throttle::hot::Change;
 
 /// The events of one table's writes: counted for the process and the table.
 #[derive(Clone, Copy)]
@@ -63,27 +64,28 @@ impl TableEvents<'_> {
         debug!(table = self.name, error, %scope, "throttled");
     }
 
-    /// A key range refused keys while none of the table's was known hot:
-    /// from now on they are paced apart, starting at `rate` units/s.
-    pub fn hot_range_found(&self, keys: usize, rate: Option<f64>) {
-        info!(
-            event = "hot_range_found",
-            table = self.name,
-            keys,
-            rate = rate.unwrap_or_default(),
-            "a key range refused writes while the table had room; pacing its keys apart"
-        );
-    }
-
-    /// A key range refused a hot key again: its rate was cut to `rate`.
-    pub fn hot_range_cut(&self, keys: usize, rate: Option<f64>) {
-        debug!(
-            event = "hot_range_cut",
-            table = self.name,
-            keys,
-            rate = rate.unwrap_or_default(),
-            "hot key range refused again; its rate cut"
-        );
+    /// The table's hot key range changed: `Found` (a key range refused keys
+    /// while none of the table's was hot: from now on they are paced apart),
+    /// or `Cut` (it refused hot keys again), leaving `keys` hot keys paced at
+    /// `rate` units/s.
+    pub fn hot_range(&self, change: Change, keys: usize, rate: Option<f64>) {
+        let rate = rate.unwrap_or_default();
+        match change {
+            Change::Found => info!(
+                event = "hot_range_found",
+                table = self.name,
+                keys,
+                rate,
+                "a key range refused writes while the table had room; pacing its keys apart"
+            ),
+            Change::Cut => debug!(
+                event = "hot_range_cut",
+                table = self.name,
+                keys,
+                rate,
+                "hot key range refused again; its rate cut"
+            ),
+        }
     }
 
     /// The call failed transiently (network, 5xx); retried after `retry_in`.

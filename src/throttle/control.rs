@@ -105,9 +105,15 @@ impl Control {
         self
     }
 
-    /// Whether `key` is hot (see [`hot`]).
-    pub fn is_hot(&self, key: &str) -> bool {
-        self.hot.as_ref().is_some_and(|h| h.lock().is_hot(key))
+    /// Which of these partition keys are hot (see [`hot`]), under one lock.
+    pub fn which_hot<'a>(&self, keys: impl Iterator<Item = &'a str>) -> Vec<bool> {
+        match &self.hot {
+            Some(h) => {
+                let h = h.lock();
+                keys.map(|k| h.is_hot(k)).collect()
+            }
+            None => keys.map(|_| false).collect(),
+        }
     }
 
     /// Whether hot keys are paced apart.
@@ -125,16 +131,16 @@ impl Control {
     }
 
     /// Tells the hot range what an answer said about it (`now` and the
-    /// table's rate, written or paced, are filled in); says whether it found
-    /// a hot range or cut its rate.
-    pub fn hot_answer(&self, mut a: hot::Answer<'_>) -> hot::Change {
-        let Some(h) = &self.hot else {
-            return hot::Change::None;
-        };
+    /// table's rate, written or paced, are filled in). When it found a hot
+    /// range or cut its rate, says which, with the hot keys and their rate.
+    pub fn hot_answer(&self, mut a: hot::Answer<'_>) -> Option<(hot::Change, usize, Option<f64>)> {
+        let h = self.hot.as_ref()?;
         a.now = self.now();
         let written = self.accepted.lock().rate_so_far(a.now);
         a.table_rate = written.max(self.pacer.rate().unwrap_or(0.0));
-        h.lock().answer(&a)
+        let mut h = h.lock();
+        let change = h.answer(&a)?;
+        Some((change, h.len(), h.rate()))
     }
 
     /// Resolves after a throttle (at once if one came since the last call).

@@ -19,9 +19,8 @@
 //!   a young range can be measured) and only for requests sent after the
 //!   last cut (the others left at the rate already cut); the refused units go
 //!   again only once the new rate has paid for them (the partition, drained,
-//!   refills meanwhile). It climbs back to
-//!   that level along a CUBIC curve over [`PROBE`], then slowly past it, while
-//!   the hot keys use it. Each cut at about the level of the one before
+//!   refills meanwhile). It climbs back to that level along a CUBIC curve
+//!   over [`PROBE`], then slowly past it, while the hot keys use it. Each cut at about the level of the one before
 //!   doubles the time the climb takes (up to [`MAX_DOUBLINGS`] times): a
 //!   partition's maximum does not move, and probing past it again and again
 //!   only meets it. It is never cut below [`MIN_RATE`];
@@ -34,9 +33,9 @@
 //! an accepted item at least as costly (the table's bucket had room after
 //! it). A refusal of keys none of which was hot (no hot key refused with
 //! them) stays a signal for the table's rate as well: a range of ever-new
-//! keys cannot be paced apart, only by slowing the job. So keys that come back are paced apart after their first
-//! refusal, and a range of distinct keys still slows the job to what it
-//! admits, as before.
+//! keys cannot be paced apart, only by slowing the job. So keys that come
+//! back are paced apart after their first refusal, and a range of distinct
+//! keys still slows the job to what it admits, as before.
 //!
 //! Simplified: one rate for every hot key of a table, whichever partitions
 //! they are in (a client cannot know DynamoDB's hash ranges); with several
@@ -44,7 +43,7 @@
 //!
 //! Pure: time is passed in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::window::AcceptedWindow;
@@ -108,9 +107,8 @@ pub struct Answer<'a> {
     pub now: Duration,
     /// When the request left (same clock).
     pub sent: Duration,
-    /// Units of the request, and of its items whose keys were hot.
+    /// Units of the request.
     pub request_units: f64,
-    pub hot_sent: f64,
     /// Units of hot keys' items written.
     pub hot_written: f64,
     pub refused: Vec<Refused<'a>>,
@@ -122,7 +120,6 @@ pub struct Answer<'a> {
 /// What an answer changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    None,
     /// A hot range where none was known.
     Found,
     /// The range's rate was cut.
@@ -133,36 +130,32 @@ pub enum Change {
 pub struct HotKeys {
     /// Hot keys, with when a key range last refused each.
     keys: HashMap<String, Duration>,
+    /// The refusals in order, (key, when): the front is the least recently
+    /// refused key, once entries of keys refused again since are skipped.
+    order: VecDeque<(String, Duration)>,
     rate: Option<f64>,
-    /// The level of the last cut.
+    /// The level of the last cut (0: none since the range was found).
     w_max: f64,
     last_cut: Duration,
     /// Cuts in a row at about the same level (see [`MAX_DOUBLINGS`]).
     same_level: u32,
     /// Units of hot keys written.
     written: AcceptedWindow,
-    /// When the range was (last) found.
-    found: Duration,
     /// Leaky bucket: when the next hot unit is due.
     due: Duration,
-    last_expiry: Duration,
-    /// Cuts of the range's rate since it was found.
-    pub cuts: u64,
 }
 
 impl Default for HotKeys {
     fn default() -> Self {
         Self {
             keys: HashMap::new(),
+            order: VecDeque::new(),
             rate: None,
             w_max: 0.0,
             last_cut: Duration::ZERO,
             same_level: 0,
             written: AcceptedWindow::new(WINDOW),
-            found: Duration::ZERO,
             due: Duration::ZERO,
-            last_expiry: Duration::ZERO,
-            cuts: 0,
         }
     }
 }
@@ -202,13 +195,14 @@ impl HotKeys {
 
     /// Learns from an answered request (see the module doc); says whether
     /// it found a hot range where none was known, or cut its rate.
-    pub fn answer(&mut self, a: &Answer<'_>) -> Change {
+    pub fn answer(&mut self, a: &Answer<'_>) -> Option<Change> {
         let now = a.now;
-        self.expire(now);
-        self.written.add(now, a.hot_written);
         for r in &a.refused {
-            self.remember(r.key, now);
+            self.keys.insert(r.key.to_string(), now);
+            self.order.push_back((r.key.to_string(), now));
         }
+        self.forget(now);
+        self.written.add(now, a.hot_written);
         let refused: f64 = a.refused.iter().map(|r| r.units).sum();
         let hot_refused = a.refused.iter().any(|r| r.was_hot);
         match self.rate {
@@ -223,10 +217,9 @@ impl HotKeys {
                     refused
                 };
                 let base = base.max(MIN_RATE);
-                self.found = now;
                 self.due = now;
                 self.cut(now, base, refused);
-                return Change::Found;
+                return Some(Change::Found);
             }
             Some(rate)
                 if hot_refused
@@ -242,7 +235,7 @@ impl HotKeys {
                     rate
                 };
                 self.cut(now, base, refused);
-                return Change::Cut;
+                return Some(Change::Cut);
             }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
                 let t = now.saturating_sub(self.last_cut).as_secs_f64();
@@ -253,13 +246,13 @@ impl HotKeys {
             }
             _ => {}
         }
-        Change::None
+        None
     }
 
     /// Cuts the rate to `DECREASE` x `base`; the `refused` units go again
     /// once the new rate has paid for them.
     fn cut(&mut self, now: Duration, base: f64, refused: f64) {
-        let similar = self.cuts > 0 && (base / self.w_max - 1.0).abs() <= 0.15;
+        let similar = self.w_max > 0.0 && (base / self.w_max - 1.0).abs() <= 0.15;
         self.same_level = if similar {
             (self.same_level + 1).min(MAX_DOUBLINGS)
         } else {
@@ -270,39 +263,25 @@ impl HotKeys {
         self.rate = Some(rate);
         self.due = self.due.max(now + Duration::from_secs_f64(refused / rate));
         self.last_cut = now;
-        self.cuts += 1;
     }
 
-    fn remember(&mut self, key: &str, now: Duration) {
-        if let Some(t) = self.keys.get_mut(key) {
-            *t = now;
-            return;
-        }
-        if self.keys.len() >= MAX_KEYS {
-            // The least recently refused goes (rare: a scan, at the limit).
-            if let Some(oldest) = self
-                .keys
-                .iter()
-                .min_by_key(|(_, t)| **t)
-                .map(|(k, _)| k.clone())
-            {
-                self.keys.remove(&oldest);
+    /// Forgets keys not refused within `TTL`, and the least recently
+    /// refused beyond `MAX_KEYS`; with none left, the range and its rate too.
+    fn forget(&mut self, now: Duration) {
+        while let Some((key, t)) = self.order.front() {
+            let current = self.keys.get(key) == Some(t);
+            let expired = now.saturating_sub(*t) >= TTL;
+            if current && !expired && self.keys.len() <= MAX_KEYS {
+                break;
             }
+            if current {
+                self.keys.remove(key);
+            }
+            self.order.pop_front();
         }
-        self.keys.insert(key.to_string(), now);
-    }
-
-    /// Forgets keys not refused within `TTL` (checked once a second); with
-    /// none left, the range and its rate are forgotten too.
-    fn expire(&mut self, now: Duration) {
-        if now.saturating_sub(self.last_expiry) < Duration::from_secs(1) {
-            return;
-        }
-        self.last_expiry = now;
-        self.keys.retain(|_, t| now.saturating_sub(*t) < TTL);
         if self.keys.is_empty() {
             self.rate = None;
-            self.cuts = 0;
+            self.w_max = 0.0;
             self.same_level = 0;
         }
     }
@@ -345,7 +324,6 @@ mod tests {
             now: s(now),
             sent: s((now - 0.01).max(0.0)),
             request_units: 25.0,
-            hot_sent: if was_hot { 5.0 } else { 0.0 },
             hot_written: 0.0,
             refused: vec![Refused {
                 key,
@@ -358,13 +336,9 @@ mod tests {
 
     fn written(now: f64, units: f64) -> Answer<'static> {
         Answer {
-            now: s(now),
-            sent: s((now - 0.01).max(0.0)),
-            request_units: 25.0,
-            hot_sent: units,
             hot_written: units,
             refused: vec![],
-            table_rate: 200.0,
+            ..refusal(now, "", false)
         }
     }
 
@@ -373,13 +347,13 @@ mod tests {
         let mut h = HotKeys::default();
         assert_eq!(h.rate(), None);
         assert!(h.admit(s(0.0), 100.0).is_ok(), "no range: nothing waits");
-        assert_eq!(h.answer(&refusal(1.0, "k", false)), Change::Found);
+        assert_eq!(h.answer(&refusal(1.0, "k", false)), Some(Change::Found));
         assert!(h.is_hot("k") && !h.is_hot("other"));
         // 5 of 25 units at 200 units/s: 40, cut to 32.
         assert_eq!(h.rate(), Some(32.0));
         assert_eq!(
             h.answer(&refusal(1.5, "j", false)),
-            Change::None,
+            None,
             "already known, and a new key is not the range's signal"
         );
         assert_eq!(h.len(), 2);
@@ -466,11 +440,15 @@ mod tests {
     fn at_most_max_keys_are_remembered() {
         let mut h = HotKeys::default();
         let keys: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
-        for (i, k) in keys.iter().enumerate() {
-            h.answer(&refusal(i as f64 * 1e-6, k, false));
+        let t = |i: usize| i as f64 * 1e-6;
+        for (i, k) in keys[..MAX_KEYS].iter().enumerate() {
+            h.answer(&refusal(t(i), k, false));
         }
+        // k0 is refused again: k1 is now the least recently refused.
+        h.answer(&refusal(t(MAX_KEYS), "k0", true));
+        h.answer(&refusal(t(MAX_KEYS + 1), &keys[MAX_KEYS], false));
         assert_eq!(h.len(), MAX_KEYS);
-        assert!(!h.is_hot("k0"), "the least recently refused went");
-        assert!(h.is_hot(&keys[MAX_KEYS]));
+        assert!(!h.is_hot("k1"), "the least recently refused went");
+        assert!(h.is_hot("k0") && h.is_hot(&keys[MAX_KEYS]));
     }
 }

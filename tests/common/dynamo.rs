@@ -3,10 +3,15 @@
 use super::*;
 
 pub async fn dynamo() -> Client {
+    dynamo_at(DYNAMODB).await
+}
+
+/// A client of another DynamoDB endpoint (a proxy).
+pub async fn dynamo_at(endpoint: &str) -> Client {
     let conf = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-        .endpoint_url(DYNAMODB)
+        .endpoint_url(endpoint)
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
             "test", "test", None, None, "tests",
         ))

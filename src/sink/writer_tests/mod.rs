@@ -54,7 +54,7 @@ fn setup(script: Script, strategy: StrategyConfig, rate: Option<f64>) -> Setup {
         counters: Arc::new(Counters::default()),
         attempt_timeout: Duration::from_secs(10),
     };
-    let ctl = Control::new(strategy.build(7), rate, NonZeroU32::new(25).unwrap());
+    let ctl = Control::new(strategy.build(7), rate, burst25());
     Setup {
         sink,
         topic,
@@ -388,11 +388,8 @@ async fn hot_key_run(hot_keys: bool, secs: u64) -> (usize, u64, f64, Option<f64>
         Ok(unprocessed(items, |id| id == "hot" && !room))
     });
     let mut s = setup(script, StrategyConfig::default(), None);
-    s.ctl = std::mem::replace(
-        &mut s.ctl,
-        Control::new(StrategyConfig::default().build(1), None, burst25()),
-    )
-    .with_hot_keys(hot_keys);
+    s.ctl =
+        Control::new(StrategyConfig::default().build(1), None, burst25()).with_hot_keys(hot_keys);
     s.ctl.set_capacity(Some(200.0));
     let start = tokio::time::Instant::now();
     let mut b = 0;
@@ -404,16 +401,6 @@ async fn hot_key_run(hot_keys: bool, secs: u64) -> (usize, u64, f64, Option<f64>
         s.write(slots).await.unwrap();
     }
     let r = s.ctl.report();
-    if std::env::var("TRACE_HOT").is_ok() {
-        for c in s
-            .sink
-            .calls()
-            .iter()
-            .filter(|c| c.ids.contains(&"hot".to_string()))
-        {
-            eprintln!("{:.3} {}", c.at.as_secs_f64(), c.ids.len());
-        }
-    }
     let partial = s.writer.counters.snapshot().throttled_requests;
     (
         s.sink.calls().len(),
