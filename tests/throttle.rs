@@ -311,6 +311,7 @@ async fn hot_partition_run(
     hot_keys: bool,
     workers: usize,
     burst_s: &str,
+    records: usize,
 ) -> (f64, u64, u64, Value) {
     use ingest::proxy::partitions::Partitions;
     let s = Setup::build(workers as i32, "", Some(1_000)).await;
@@ -333,7 +334,7 @@ async fn hot_partition_run(
     let mut cold = (0..)
         .map(|i| format!("c{i:05}"))
         .filter(|id| partition(id) != 0);
-    let records: Vec<(String, Option<String>)> = (0..2_400)
+    let produced: Vec<(String, Option<String>)> = (0..records)
         .map(|i| {
             let id = if i % 2 == 0 {
                 hot[(i / 2) % hot.len()].clone()
@@ -344,7 +345,7 @@ async fn hot_partition_run(
             (id, Some(v))
         })
         .collect();
-    produce(&s.topic, records).await;
+    produce(&s.topic, produced).await;
     let flag = if hot_keys { "true" } else { "false" };
     let started = Instant::now();
     let env = [
@@ -375,15 +376,16 @@ async fn hot_partition_run(
     }
     let elapsed = started.elapsed().as_secs_f64();
     // Every key's last record is what the table holds.
-    assert_eq!(count(&dynamo().await, &s.table).await, 12 + 1_200);
+    assert_eq!(count(&dynamo().await, &s.table).await, 12 + records / 2);
     assert_eq!(s.committed(), s.end_offsets());
-    (2_400.0 / elapsed, requests, throttled, table)
+    (records as f64 / elapsed, requests, throttled, table)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hot_keys_a_partition_refuses_are_paced_apart_and_refused_rarely() {
-    let (rate, requests, throttled, table) = hot_partition_run(true, 1, "1").await;
-    let (rate_off, requests_off, throttled_off, table_off) = hot_partition_run(false, 1, "1").await;
+    let (rate, requests, throttled, table) = hot_partition_run(true, 1, "1", 2_400).await;
+    let (rate_off, requests_off, throttled_off, table_off) =
+        hot_partition_run(false, 1, "1", 2_400).await;
     let pct = |t: u64, r: u64| 100.0 * t as f64 / r.max(1) as f64;
     eprintln!(
         "hot partition, hot keys paced apart: {rate:.0} records/s, {requests} requests, \

@@ -496,36 +496,43 @@ struct Heard {
 }
 
 /// The next request out of `remaining` (the rest after it), within the
-/// table's request size; its hot keys' slots only when the hot range's pace
-/// lets them go, all at once (slots behind them are not held up). When only
-/// hot slots are left and they may not go yet, the request is empty and the
-/// wait is returned.
+/// table's request size: hot keys' slots first, each only as the hot range's
+/// pace lets it go (hot units leave spread, not in bursts), then the cold
+/// ones (slots behind held hot ones are not held up; the cold ones after the
+/// hot tell a table that ran out from a key range). When only hot slots are
+/// left and none may go yet, the request is empty and the wait is returned.
 fn compose(ctl: &Control, mut remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
     let limit = ctl.max_request_units();
     let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
-    let mut rest = remaining.split_off(n);
+    let rest = remaining.split_off(n);
     let hot = ctl.which_hot(remaining.iter().map(|s| partition_part(&s.key)));
     if !hot.contains(&true) {
         return (remaining, rest, Duration::ZERO);
     }
-    let (mut send, mut held) = (Vec::new(), Vec::new());
+    let (mut send, mut cold, mut held) = (Vec::new(), Vec::new(), Vec::new());
+    let mut wait = None;
     for (slot, h) in remaining.into_iter().zip(hot) {
-        if h {
+        if !h {
+            cold.push(slot);
+        } else if wait.is_some() {
             held.push(slot);
         } else {
-            send.push(slot);
+            match ctl.hot_admit(slot.wcu()) {
+                Ok(()) => send.push(slot),
+                Err(w) => {
+                    wait = Some(w);
+                    held.push(slot);
+                }
+            }
         }
     }
-    match ctl.hot_admit(held.iter().map(Slot::wcu).sum()) {
-        Ok(()) => {
-            send.append(&mut held);
-            (send, rest, Duration::ZERO)
-        }
-        Err(wait) => {
-            held.append(&mut rest);
-            (send, held, wait)
-        }
-    }
+    send.append(&mut cold);
+    let wait = if send.is_empty() {
+        wait.unwrap_or_default()
+    } else {
+        Duration::ZERO
+    };
+    (send, joined(held, rest), wait)
 }
 
 /// `a` then `b`.

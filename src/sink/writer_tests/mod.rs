@@ -157,13 +157,14 @@ async fn unprocessed_items_are_retried_alone() {
     let slots = s.keys(5);
     s.write(slots).await.unwrap();
     let calls = s.sink.calls();
-    assert_eq!(calls.len(), 2);
     assert_eq!(calls[0].ids, ["k0", "k1", "k2", "k3", "k4"]);
-    assert_eq!(
-        calls[1].ids,
-        ["k1", "k3"],
-        "only the unprocessed are resent"
-    );
+    // Accepted items followed both: a key range refused them, and they go
+    // again one by one at the hot range's pace.
+    let resent: Vec<&str> = calls[1..]
+        .iter()
+        .flat_map(|c| c.ids.iter().map(String::as_str))
+        .collect();
+    assert_eq!(resent, ["k1", "k3"], "only the unprocessed are resent");
     assert!(calls[1].at - calls[0].at >= Duration::from_millis(100));
     assert_eq!(s.watermark(), Some(5));
     let c = s.writer.counters.snapshot();
@@ -436,5 +437,81 @@ async fn a_key_a_partition_refuses_again_is_paced_apart_and_the_table_keeps_its_
     assert!(
         partial * 5 <= partial_off,
         "far fewer refusals than when every one slows the table: {partial} vs {partial_off}"
+    );
+}
+
+/// A writer on a 200 WCU/s table with hot keys paced apart, whose first
+/// answer returns `h0`-`h3` unprocessed while the cold items after them are
+/// written (so a key range refused them), then answers as `then` says.
+fn hot_setup(then: fn(usize, &[Item]) -> BatchOutcome) -> Setup {
+    let script: Script = Box::new(move |n, items| {
+        Ok(match n {
+            0 => unprocessed(items, |id| id.starts_with('h')),
+            _ => then(n, items),
+        })
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl = Control::new(StrategyConfig::default().build(1), None, burst25());
+    s.ctl.set_capacity(Some(200.0));
+    s
+}
+
+fn values(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|id| format!(r#"{{"id":"{id}"}}"#)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn hot_items_leave_first_and_one_by_one_as_the_range_lets_them() {
+    let mut s = hot_setup(|_, _| BatchOutcome::default());
+    let first = s.batch(&values(&["h0", "h1", "h2", "h3", "c0", "c1", "c2", "c3"]));
+    s.write(first).await.unwrap();
+    let rate = s.ctl.report().hot_rate.expect("a hot range was found");
+    let calls = s.sink.calls();
+    let resent: Vec<&str> = calls[1..]
+        .iter()
+        .flat_map(|c| c.ids.iter().map(String::as_str))
+        .collect();
+    assert_eq!(resent, ["h0", "h1", "h2", "h3"]);
+    // At the range's rate (1 WCU items), not all four at once.
+    assert!(calls.len() >= 3, "{} requests at {rate:.1}/s", calls.len());
+    let span = calls.last().unwrap().at - calls[1].at;
+    assert!(span.as_secs_f64() >= 2.0 / rate, "{span:?} at {rate:.1}/s");
+    // Later, a hot key's item goes first, the cold ones after it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let next = s.batch(&values(&["c4", "c5", "h1", "c6"]));
+    s.write(next).await.unwrap();
+    assert_eq!(s.sink.calls().last().unwrap().ids, ["h1", "c4", "c5", "c6"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_table_that_runs_out_is_heard_by_the_table_not_the_hot_range() {
+    // The third call: every item comes back, a hot one first, cold ones
+    // after it. The table ran out: nothing says a key range refused.
+    let mut s = hot_setup(|n, items| match n {
+        2 => unprocessed(items, |_| true),
+        _ => BatchOutcome::default(),
+    });
+    let first = s.batch(&values(&["h0", "c0", "c1", "c2"]));
+    s.write(first).await.unwrap();
+    let calls = s.sink.calls().len();
+    assert_eq!(calls, 2, "h0 went again alone");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = s.ctl.report();
+    let (hot_before, table_before) = (before.hot_rate.unwrap(), before.pacing_rate.unwrap());
+    let next = s.batch(&values(&["c3", "h0", "c4"]));
+    s.write(next).await.unwrap();
+    let after = s.ctl.report();
+    let calls = s.sink.calls();
+    assert_eq!(calls[2].ids, ["h0", "c3", "c4"]);
+    assert!(calls.len() >= 4, "all of it went again");
+    assert!(
+        after.hot_rate.unwrap() >= hot_before,
+        "the hot range was not cut: {hot_before} -> {:?}",
+        after.hot_rate
+    );
+    assert!(
+        after.pacing_rate.unwrap() < table_before,
+        "the table heard it: {table_before} -> {:?}",
+        after.pacing_rate
     );
 }
