@@ -297,7 +297,7 @@ async fn a_budget_holds_the_whole_job_under_its_fraction_of_the_capacity() {
     );
 }
 
-/// 2,400 small records, half of them on 12 hot keys that all live in one
+/// `records` small records, half of them on 12 hot keys that all live in one
 /// partition of the proxy's four (each capped at 50 WCU/s; the table's 1,000
 /// WCU/s is far above the demand), the other half on distinct keys in the
 /// other three. Every batch carries the hot keys, so the hot partition

@@ -46,19 +46,11 @@ impl Proxy {
                 };
                 self.ensure_table(table).await;
                 let now = self.now();
-                let on_demand = match self.tables.lock().get_mut(*table) {
-                    Some(st) => match st.on_demand.as_mut() {
-                        Some(od) => {
-                            od.set_max(Some(wcu), now);
-                            true
-                        }
-                        None => {
-                            set_rate(st, wcu, now);
-                            false
-                        }
-                    },
-                    None => false,
-                };
+                let on_demand = self
+                    .tables
+                    .lock()
+                    .get_mut(*table)
+                    .is_some_and(|st| st.set_limit(wcu, now));
                 if on_demand {
                     info!(table, wcu, "on-demand maximum changed (admin)");
                 } else {

@@ -75,12 +75,7 @@ impl TableState {
         if parts.try_take(p, cost, now) {
             return Admit::Yes;
         }
-        if let Some(b) = self.bucket.as_mut() {
-            b.refund(cost);
-        }
-        if let Some(od) = self.on_demand.as_mut() {
-            od.refund(cost);
-        }
+        self.refund_table(cost);
         self.stats.key_range_refused_items += 1;
         Admit::KeyRange
     }
@@ -88,15 +83,35 @@ impl TableState {
     /// Gives back what an admitted request took (upstream failed it): to
     /// the table's bucket and to its partition's.
     pub(super) fn refund(&mut self, req: &Value, cost: f64) {
+        self.refund_table(cost);
+        if let Some(parts) = self.partitions.as_mut() {
+            let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
+            parts.refund(p, cost);
+        }
+    }
+
+    /// Gives `cost` back to the table-wide limits (bucket, on-demand).
+    fn refund_table(&mut self, cost: f64) {
         if let Some(b) = self.bucket.as_mut() {
             b.refund(cost);
         }
         if let Some(od) = self.on_demand.as_mut() {
             od.refund(cost);
         }
-        if let Some(parts) = self.partitions.as_mut() {
-            let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
-            parts.refund(p, cost);
+    }
+
+    /// What the admin capacity call sets: an on-demand table's maximum (says
+    /// true), else the provisioned capacity.
+    pub(super) fn set_limit(&mut self, wcu: f64, now: Duration) -> bool {
+        match self.on_demand.as_mut() {
+            Some(od) => {
+                od.set_max(Some(wcu), now);
+                true
+            }
+            None => {
+                set_rate(self, wcu, now);
+                false
+            }
         }
     }
 

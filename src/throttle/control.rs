@@ -105,12 +105,13 @@ impl Control {
         self
     }
 
-    /// Which of these partition keys are hot (see [`hot`]), under one lock.
+    /// Which of these partition keys are hot (see [`hot`]), under one lock
+    /// (no key is hashed while none is hot, the common case).
     pub fn which_hot<'a>(&self, keys: impl Iterator<Item = &'a str>) -> Vec<bool> {
         match &self.hot {
             Some(h) => {
                 let h = h.lock();
-                keys.map(|k| h.is_hot(k)).collect()
+                keys.map(|k| !h.is_empty() && h.is_hot(k)).collect()
             }
             None => keys.map(|_| false).collect(),
         }
