@@ -9,7 +9,7 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::table::{set_rate, TableState};
+use super::table::TableState;
 use super::{json_of, respond, with_json, Proxy, Resp};
 
 impl Proxy {
@@ -119,16 +119,13 @@ impl Proxy {
         with_json(parts, &body)
     }
 
-    /// After an UpdateTable went through: enforce the table's new capacity.
+    /// After an UpdateTable went through: enforce the table's new capacity
+    /// or on-demand maximum.
     pub(super) async fn follow_upstream(&self, table: &str) {
-        if let Ok(crate::sink::TableInfo {
-            capacity: Some(wcu),
-            ..
-        }) = self.dynamo.describe(table).await
-        {
+        if let Ok(info) = self.dynamo.describe(table).await {
             let now = self.now();
             if let Some(st) = self.tables.lock().get_mut(table) {
-                set_rate(st, wcu, now);
+                st.follow(info.capacity, info.max_write, now);
             }
         }
     }
@@ -170,17 +167,15 @@ impl Proxy {
         table: &str,
         now: Duration,
     ) -> Option<(String, f64)> {
-        let first = st.first_write?;
-        let mut change = None;
-        while let Some(&(at, wcu)) = self.cfg.schedule.get(st.next_step) {
-            if now < first + Duration::from_secs_f64(at) {
-                break;
+        let mut push = None;
+        for (wcu, on_demand) in st.due_steps(&self.cfg.schedule, now) {
+            if on_demand {
+                info!(table, wcu, "on-demand maximum step (schedule)");
+            } else {
+                info!(table, wcu, "capacity step (schedule)");
+                push = Some((table.to_string(), wcu));
             }
-            st.next_step += 1;
-            set_rate(st, wcu, now);
-            info!(table, wcu, "capacity step (schedule)");
-            change = Some((table.to_string(), wcu));
         }
-        change
+        push
     }
 }

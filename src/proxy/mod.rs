@@ -261,7 +261,10 @@ impl Proxy {
             stats: TableStats::default(),
             first_write: None,
             last_accept: None,
-            rates: wcu.map(|w| vec![(now, w)]).unwrap_or_default(),
+            rates: wcu
+                .or(on_demand.as_ref().map(OnDemand::limit))
+                .map(|w| vec![(now, w)])
+                .unwrap_or_default(),
             initial_tokens: 0.0,
             next_step: 0,
             partitions,

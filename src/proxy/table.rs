@@ -106,12 +106,51 @@ impl TableState {
         match self.on_demand.as_mut() {
             Some(od) => {
                 od.set_max(Some(wcu), now);
+                let limit = od.limit();
+                self.rates.push((now, limit));
                 true
             }
             None => {
                 set_rate(self, wcu, now);
                 false
             }
+        }
+    }
+
+    /// Applies the `schedule`'s steps due by `now` (seconds after the first
+    /// write, WCU); says each one's WCU and whether it set an on-demand
+    /// maximum.
+    pub(super) fn due_steps(&mut self, schedule: &[(f64, f64)], now: Duration) -> Vec<(f64, bool)> {
+        let Some(first) = self.first_write else {
+            return Vec::new();
+        };
+        let mut done = Vec::new();
+        while let Some(&(at, wcu)) = schedule.get(self.next_step) {
+            if now < first + Duration::from_secs_f64(at) {
+                break;
+            }
+            self.next_step += 1;
+            let on_demand = self.set_limit(wcu, now);
+            done.push((wcu, on_demand));
+        }
+        done
+    }
+
+    /// What DescribeTable says after an UpdateTable went through: a
+    /// provisioned capacity replaces any on-demand model with a bucket (a
+    /// switch of billing mode), an on-demand table's maximum moves.
+    pub(super) fn follow(&mut self, capacity: Option<f64>, max_write: Option<f64>, now: Duration) {
+        match (capacity, self.on_demand.as_mut()) {
+            (Some(wcu), _) => {
+                self.on_demand = None;
+                set_rate(self, wcu, now);
+            }
+            (None, Some(od)) => {
+                od.set_max(max_write, now);
+                let limit = od.limit();
+                self.rates.push((now, limit));
+            }
+            (None, None) => {}
         }
     }
 
@@ -173,6 +212,55 @@ pub(super) fn count_for(withheld: &serde_json::Map<String, Value>, table: &str) 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn on_demand(max: f64) -> TableState {
+        let t0 = Duration::ZERO;
+        TableState {
+            bucket: None,
+            stats: TableStats::default(),
+            first_write: Some(t0),
+            last_accept: None,
+            rates: Vec::new(),
+            initial_tokens: 0.0,
+            next_step: 0,
+            partitions: None,
+            hash_key: Some("id".into()),
+            on_demand: Some(OnDemand::new(4_000.0, Some(max), 1_800.0, t0)),
+        }
+    }
+
+    #[test]
+    fn a_scheduled_step_of_an_on_demand_table_moves_its_maximum() {
+        let s = Duration::from_secs_f64;
+        let req = json!({"PutRequest": {"Item": {"id": {"S": "a"}}}});
+        for (from, to) in [(100.0, 300.0), (300.0, 100.0)] {
+            let mut st = on_demand(from);
+            assert_eq!(st.due_steps(&[(1.0, to)], s(1.5)), vec![(to, true)]);
+            assert!(
+                st.bucket.is_none(),
+                "no provisioned bucket beside the model"
+            );
+            assert_eq!(st.on_demand.as_ref().unwrap().max(), Some(to));
+            assert_eq!(st.capacity(), Some(to));
+            // One second at the new maximum fits, and no more.
+            let fit = (0..400)
+                .take_while(|_| st.admit(&req, 1.0, s(3.0)) == Admit::Yes)
+                .count();
+            assert_eq!(fit as f64, to, "{from} -> {to}");
+        }
+    }
+
+    #[test]
+    fn an_update_table_through_the_proxy_is_followed_by_billing_mode() {
+        let s = Duration::from_secs_f64;
+        let mut st = on_demand(100.0);
+        st.follow(None, Some(250.0), s(1.0));
+        assert_eq!(st.capacity(), Some(250.0), "on-demand maximum raised");
+        assert!(st.bucket.is_none());
+        st.follow(Some(40.0), None, s(2.0));
+        assert!(st.on_demand.is_none(), "switched to provisioned");
+        assert_eq!(st.capacity(), Some(40.0));
+    }
 
     #[test]
     fn a_refund_gives_room_back_to_the_partition_too() {
