@@ -16,7 +16,7 @@ export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
 .SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-metrics chaos fuzz
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics chaos fuzz
 
 build:
 	$(CARGO) build
@@ -70,6 +70,14 @@ fuzz:
 # (about 25 minutes); reports in target/bench/throttle.{md,json}.
 bench-throttle: build stack tansu
 	$(CARGO) bench --profile dev --bench throttle
+
+# Throttle strategies on DynamoDB's other shapes (a hot key range, a live
+# writer with and without a budget, two jobs, an on-demand maximum and its
+# step, a capacity step; about 40 minutes); reports in
+# target/bench/dynamodb.{md,json}. BENCH_SCENARIO, BENCH_ONLY, BENCH_WORKERS
+# narrow it.
+bench-dynamodb: build stack tansu
+	$(CARGO) bench --profile dev --bench dynamodb
 
 # Records/s with the metrics endpoint off and on, alternately (a few
 # minutes); reports in target/bench/metrics.{md,json}.

@@ -1,0 +1,811 @@
+//! `make bench-dynamodb`: the throttle strategies side by side on the server
+//! shapes of a production DynamoDB table that `make bench-throttle` does not
+//! have, through `ingest throttle-proxy` in front of LocalStack:
+//!
+//! - `hot-range`: 4 partitions of 50 WCU/s in a 1,000 WCU/s table; keys
+//!   drawn from a Zipf law (s = 1.1, 1,000 keys) plus one key that carries
+//!   30% of the records (its demand alone is above its partition's maximum);
+//! - `live-writer`: a 200 WCU/s table (1 s bucket, no burst credit) that
+//!   another writer uses at a steady 60 WCU/s (30%) with PutItem through the
+//!   same proxy, the SDK's retries off, its own throttles counted; 3 workers,
+//!   without a budget and (default strategy) with `budget_fraction = 0.65`;
+//! - `two-jobs`: two consumer groups of 3 workers each, on one 200 WCU/s table;
+//! - `on-demand`: an on-demand table with a maximum of 150 WRU/s, raised to 300
+//!   20 s after the first write;
+//! - `capacity-step`: 200 -> 100 -> 300 WCU/s (20 s, 40 s).
+//!
+//! Scaled down from DynamoDB's figures (1,000 WCU/s per partition, 4,000 WRU/s
+//! for a new on-demand table) to what LocalStack on a 2-core machine writes.
+//! Anchors: the AWS SDK's standard and adaptive retry modes, the seed
+//! AutoSleeper and exponential backoff. A request counts as throttled if it
+//! got a throttling error or came back with any unprocessed item; for the SDK
+//! modes, the proxy's count (the SDK retries out of the worker's sight).
+//! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
+//! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
+//! narrow a run.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+struct Variant {
+    label: &'static str,
+    strategy: &'static str,
+    sdk: &'static str,
+}
+
+static VARIANTS: &[Variant] = &[
+    Variant {
+        label: "AWS SDK standard retry",
+        strategy: r#"{ name = "naive" }"#,
+        sdk: "standard",
+    },
+    Variant {
+        label: "AWS SDK adaptive retry",
+        strategy: r#"{ name = "naive" }"#,
+        sdk: "adaptive",
+    },
+    Variant {
+        label: "exponential backoff",
+        strategy: r#"{ name = "exponential" }"#,
+        sdk: "off",
+    },
+    Variant {
+        label: "seed AutoSleeper (defaults)",
+        strategy: r#"{ name = "autosleeper" }"#,
+        sdk: "off",
+    },
+    Variant {
+        label: "adaptive (default)",
+        strategy: r#"{ name = "adaptive" }"#,
+        sdk: "off",
+    },
+];
+
+fn default_variant() -> &'static Variant {
+    VARIANTS.last().expect("variants")
+}
+
+/// One job: a setup and its running workers, with their `/metrics` sampled
+/// every second.
+struct Job {
+    workers: Vec<Worker>,
+    stop: Arc<AtomicBool>,
+    sampler: std::thread::JoinHandle<Value>,
+    started: Instant,
+}
+
+/// What a job's workers reported.
+#[derive(Default)]
+struct JobResult {
+    requests: u64,
+    throttled: u64,
+    items_written: u64,
+    wall_s: f64,
+    /// Per worker: `[t, pacing rate, wcu consumed, throttled requests]` rows.
+    trace: Value,
+}
+
+/// Writes the variant's `[throttle]` section (plus `extra`) into the setup's
+/// config, logs at warn.
+fn configure(s: &Setup, v: &Variant, extra: &str) {
+    s.append_config(&format!(
+        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\ncapacity_poll_s = 5\n{extra}",
+        v.strategy, v.sdk
+    ));
+    let text = std::fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("level = \"info\"", "level = \"warn\"");
+    std::fs::write(&s.config, text).unwrap();
+}
+
+fn start_job(s: &Setup, workers: usize) -> Job {
+    let ports: Vec<String> = (0..workers)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let started = Instant::now();
+    let running = ports
+        .iter()
+        .map(|addr| s.spawn_with_env(true, &[("INGEST__OPS__LISTEN", addr)]))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = stop.clone();
+    let label = format!("{{table=\"{}\"}}", s.table);
+    let sampler = std::thread::spawn(move || {
+        let mut rows: Vec<Vec<Value>> = vec![Vec::new(); ports.len()];
+        while !done.load(Ordering::Relaxed) {
+            for (i, addr) in ports.iter().enumerate() {
+                let Ok((200, text)) = http_get(addr, "/metrics") else {
+                    continue;
+                };
+                let get = |m: &str| sample(&text, &format!("{m}{label}"));
+                rows[i].push(json!([
+                    (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+                    get("ingest_pacing_rate_wcu"),
+                    get("ingest_wcu_consumed_total"),
+                    get("ingest_throttled_requests_total"),
+                ]));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        json!(rows)
+    });
+    Job {
+        workers: running,
+        stop,
+        sampler,
+        started,
+    }
+}
+
+impl Job {
+    /// Waits for every worker's exit (each must exit 0 with a summary).
+    fn finish(self, what: &str) -> JobResult {
+        let mut r = JobResult::default();
+        for w in self.workers {
+            let logs = w.logs.clone();
+            let (code, summary) = w.wait(Duration::from_secs(1800));
+            let summary = summary.unwrap_or_else(|| {
+                let logs = logs.lock().unwrap();
+                let tail: Vec<String> = logs.iter().rev().take(5).map(Value::to_string).collect();
+                panic!(
+                    "{what}: no summary (exit {code:?}); last logs:\n{}",
+                    tail.join("\n")
+                )
+            });
+            assert_eq!(code, Some(0), "{what}: {summary}");
+            let f = |k: &str| summary[k].as_u64().unwrap_or(0);
+            r.requests += f("requests");
+            r.throttled += f("throttled_requests");
+            r.items_written += f("items_written");
+        }
+        r.wall_s = self.started.elapsed().as_secs_f64();
+        self.stop.store(true, Ordering::Relaxed);
+        r.trace = self.sampler.join().unwrap();
+        r
+    }
+}
+
+/// Mixed sizes: 1 WCU mostly, 2 WCU every 5th record, 5 WCU every 20th
+/// (bench-throttle's workload). Returns the records and their WCU.
+fn mixed(n: usize, prefix: &str) -> (Vec<(String, Option<String>)>, f64) {
+    let mut wcu = 0.0;
+    let records = (0..n)
+        .map(|i| {
+            let (pad, cost) = match i {
+                _ if i % 20 == 0 => (4_500, 5.0),
+                _ if i % 5 == 0 => (1_500, 2.0),
+                _ => (100, 1.0),
+            };
+            wcu += cost;
+            let id = format!("{prefix}-{i:06}");
+            let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"}}"#, "x".repeat(pad));
+            (id, Some(v))
+        })
+        .collect();
+    (records, wcu)
+}
+
+/// The proxy's counters, with the throttled-request rate as the bench
+/// counts it (400s and partial answers over requests).
+fn proxy_rate(st: &Value) -> (f64, f64) {
+    let f = |k: &str| st[k].as_f64().unwrap_or(0.0);
+    let throttled = f("throttled_requests") + f("partial_requests");
+    (throttled, f("requests"))
+}
+
+/// Seconds from `from` (an index of the proxy's per-second timeline) until
+/// the 3 s rolling accepted rate first stays within 85-105% of `cap` for
+/// the rest of `[from, to)` (None: never).
+fn settle_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64> {
+    let ok = |i: usize| {
+        let lo = i.saturating_sub(2).max(from);
+        let avg = t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64;
+        (0.85 * cap..=1.05 * cap).contains(&avg)
+    };
+    (from..to)
+        .find(|&i| (i..to).all(|j| j < from + 2 || ok(j)))
+        .map(|i| (i - from) as f64)
+}
+
+/// The same on the workers' summed pacing rate, sampled each second (the
+/// trace's rows; `step_s` and `until_s` on the trace's clock, the job's
+/// start).
+fn pacing_settle_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Option<f64> {
+    let rows: Vec<Vec<[Option<f64>; 4]>> =
+        serde_json::from_value(trace.clone()).unwrap_or_default();
+    // Sum by whole second.
+    let mut sums: std::collections::BTreeMap<i64, f64> = Default::default();
+    for w in &rows {
+        for r in w {
+            if let (Some(t), Some(p)) = (r[0], r[1]) {
+                *sums.entry(t.floor() as i64).or_default() += p;
+            }
+        }
+    }
+    let secs: Vec<(i64, f64)> = sums
+        .into_iter()
+        .filter(|(t, _)| (*t as f64) >= step_s && (*t as f64) < until_s)
+        .collect();
+    let ok = |p: f64| (0.85 * cap..=1.05 * cap).contains(&p);
+    (0..secs.len())
+        .find(|&i| secs[i..].iter().all(|(_, p)| ok(*p)))
+        .map(|i| secs[i].0 as f64 - step_s)
+}
+
+/// `hot-range`: returns the row.
+async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
+    use ingest::proxy::partitions::Partitions;
+    const PARTITION_WCU: f64 = 50.0;
+    // A sort key, so that records of one partition key are distinct items
+    // (without one they coalesce in a batch and the hot key's demand melts).
+    let s = Setup::build(
+        workers.max(3) as i32,
+        "partition_key = \"id\"\nsort_key = \"sk\"",
+        Some(1_000),
+    )
+    .await;
+    let proxy = ThrottleProxy::start(&["--partitions", "4", "--partition-wcu", "50"]);
+    s.use_endpoint(&proxy.endpoint());
+    configure(&s, v, "");
+    // Zipf(1.1) over 1,000 keys for 70% of the records, one key for 30%.
+    let weights: Vec<f64> = (1..=1000).map(|k| (k as f64).powf(-1.1)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut cdf = Vec::with_capacity(weights.len());
+    let mut acc = 0.0;
+    for w in &weights {
+        acc += w / total;
+        cdf.push(acc);
+    }
+    let mut rng = SmallRng::seed_from_u64(run as u64);
+    let ids: Vec<String> = (0..n)
+        .map(|_| {
+            if rng.random::<f64>() < 0.3 {
+                format!("whale-{run}")
+            } else {
+                let u: f64 = rng.random();
+                let k = cdf.partition_point(|c| *c < u).min(cdf.len() - 1);
+                format!("z{run}-{k:04}")
+            }
+        })
+        .collect();
+    let parts = Partitions::new(4, PARTITION_WCU, 1.0, Duration::ZERO);
+    let mut load = [0.0f64; 4];
+    for id in &ids {
+        load[parts.of(&format!(r#"{{"S":"{id}"}}"#))] += 1.0;
+    }
+    let bound_s = load.iter().fold(0.0f64, |a, l| a.max(l / PARTITION_WCU));
+    let batch = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| (id.clone(), Some(format!(r#"{{"id":"{id}","sk":{n}}}"#))))
+        .collect();
+    produce(&s.topic, batch).await;
+    let job = start_job(&s, workers).finish(v.label);
+    let st = proxy.stats(&s.table);
+    let (throttled, requests) = proxy_rate(&st);
+    let duration =
+        st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
+    assert_eq!(
+        count(&dynamo().await, &s.table).await,
+        n,
+        "{}: every record written",
+        v.label
+    );
+    json!({
+        "scenario": "hot-range",
+        "strategy": v.label,
+        "workers": workers,
+        "records": n,
+        "partition_load_records": load,
+        "bound_s": bound_s,
+        "duration_s": duration,
+        "time_vs_bound": duration / bound_s,
+        "records_per_s": n as f64 / duration,
+        "requests": requests,
+        "throttled_rate": throttled / requests.max(1.0),
+        "key_range_refused_items": st["key_range_refused_items"],
+        "items_written": job.items_written,
+        "worker_requests": job.requests,
+        "worker_throttled": job.throttled,
+        "wall_s": job.wall_s,
+    })
+}
+
+/// Another writer: PutItem of 1 WCU items at `rate`/s, the SDK's retries
+/// off, until `stop`; returns (requests, throttled).
+fn live_writer(
+    endpoint: String,
+    table: String,
+    rate: f64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(u64, u64)> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let conf = aws_sdk_dynamodb::Config::builder()
+                .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+                .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+                .endpoint_url(&endpoint)
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+                .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                    "test", "test", None, None, "bench",
+                ))
+                .build();
+            let client = aws_sdk_dynamodb::Client::from_conf(conf);
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (mut requests, mut throttled) = (0u64, 0u64);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                n += 1;
+                let r = client
+                    .put_item()
+                    .table_name(&table)
+                    .item(
+                        "id",
+                        aws_sdk_dynamodb::types::AttributeValue::S(format!("live-{}", n % 500)),
+                    )
+                    .send()
+                    .await;
+                requests += 1;
+                if r.is_err() {
+                    throttled += 1;
+                }
+            }
+            (requests, throttled)
+        })
+    })
+}
+
+/// `live-writer`: returns the row.
+async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
+    const CAPACITY: f64 = 200.0;
+    const LIVE: f64 = 60.0;
+    let s = Setup::build(3, "", Some(CAPACITY as i64)).await;
+    let proxy = ThrottleProxy::start(&["--burst-credit-s", "0"]);
+    s.use_endpoint(&proxy.endpoint());
+    let extra = budget.map_or(String::new(), |b| format!("budget_fraction = {b}\n"));
+    configure(&s, v, &extra);
+    let (batch, _) = mixed(n, &format!("r{run}"));
+    produce(&s.topic, batch).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = live_writer(proxy.endpoint(), s.table.clone(), LIVE, stop.clone());
+    // The live writer alone first, as production runs before a job starts.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let job = start_job(&s, 3).finish(v.label);
+    stop.store(true, Ordering::Relaxed);
+    let (live_requests, live_throttled) = writer.join().unwrap();
+    let st = proxy.stats(&s.table);
+    let f = |k: &str| st[k].as_f64().unwrap_or(0.0);
+    // PutItem throttles are the live writer's; partial answers the job's.
+    let job_requests = f("requests") - live_requests as f64;
+    let job_throttled = f("throttled_requests") - live_throttled as f64 + f("partial_requests");
+    // The job's seconds: the proxy's timeline counts BatchWriteItem only.
+    let t: Vec<[f64; 4]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let busy: Vec<&[f64; 4]> = t.iter().filter(|x| x[1] > 0.0).collect();
+    let span = busy.last().map_or(0.0, |l| l[0]) - busy.first().map_or(0.0, |f| f[0]) + 1.0;
+    let job_wcu: f64 = t.iter().map(|x| x[1]).sum();
+    let free = CAPACITY - LIVE;
+    json!({
+        "scenario": if budget.is_some() { "live-writer, budget 0.65" } else { "live-writer" },
+        "strategy": v.label,
+        "workers": 3,
+        "records": n,
+        "requests": job_requests,
+        "throttled_rate": job_throttled / job_requests.max(1.0),
+        "utilization_of_free": job_wcu / (free * span),
+        "duration_s": span,
+        "live_requests": live_requests,
+        "live_throttled": live_throttled,
+        "live_throttled_rate": live_throttled as f64 / live_requests.max(1) as f64,
+        "wall_s": job.wall_s,
+        "worker_trace": job.trace,
+    })
+}
+
+/// `two-jobs`: returns the row.
+async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
+    const CAPACITY: f64 = 200.0;
+    let a = Setup::build(3, "", Some(CAPACITY as i64)).await;
+    let b = Setup::build(3, "", None).await;
+    // Job b writes to job a's table.
+    let text = std::fs::read_to_string(&b.config)
+        .unwrap()
+        .replace(&b.table, &a.table);
+    std::fs::write(&b.config, text).unwrap();
+    let proxy = ThrottleProxy::start(&[]);
+    for s in [&a, &b] {
+        s.use_endpoint(&proxy.endpoint());
+        configure(s, v, "");
+    }
+    let (ra, _) = mixed(n, &format!("a{run}"));
+    let (rb, _) = mixed(n, &format!("b{run}"));
+    produce(&a.topic, ra).await;
+    produce(&b.topic, rb).await;
+    let ja = start_job(&a, 3);
+    let jb = start_job(&b, 3);
+    let (ra, rb) = (ja.finish(v.label), jb.finish(v.label));
+    let st = proxy.stats(&a.table);
+    let (throttled, requests) = proxy_rate(&st);
+    assert_eq!(count(&dynamo().await, &a.table).await, 2 * n, "{}", v.label);
+    // Each job's WCU/s while both ran: from its workers' consumed-WCU
+    // counters at the first job's end.
+    let until = ra.wall_s.min(rb.wall_s) - 1.0;
+    let at = |trace: &Value| -> f64 {
+        let rows: Vec<Vec<[Option<f64>; 4]>> =
+            serde_json::from_value(trace.clone()).unwrap_or_default();
+        rows.iter()
+            .map(|w| {
+                w.iter()
+                    .filter(|r| r[0].is_some_and(|t| t <= until))
+                    .filter_map(|r| r[2])
+                    .next_back()
+                    .unwrap_or(0.0)
+            })
+            .sum()
+    };
+    let (wa, wb) = (at(&ra.trace), at(&rb.trace));
+    let share = |w: f64| w / (CAPACITY * until);
+    json!({
+        "scenario": "two-jobs",
+        "strategy": v.label,
+        "workers": 6,
+        "records": 2 * n,
+        "requests": requests,
+        "throttled_rate": throttled / requests.max(1.0),
+        "overlap_s": until,
+        "job_a_share": share(wa),
+        "job_b_share": share(wb),
+        "together": share(wa + wb),
+        "wall_s": ra.wall_s.max(rb.wall_s),
+    })
+}
+
+/// `on-demand` and `capacity-step`: a table whose limit steps; returns the
+/// row with the time to reach each limit.
+async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: usize) -> Value {
+    let (wcu, args, steps): (Option<i64>, Vec<&str>, Vec<(f64, f64)>) = if on_demand {
+        (
+            None,
+            vec!["--on-demand-max", "150", "--schedule", "20=300"],
+            vec![(0.0, 150.0), (20.0, 300.0)],
+        )
+    } else {
+        (
+            Some(200),
+            vec!["--schedule", "20=100,40=300"],
+            vec![(0.0, 200.0), (20.0, 100.0), (40.0, 300.0)],
+        )
+    };
+    let s = Setup::build(6, "", wcu).await;
+    let proxy = ThrottleProxy::start(&args);
+    s.use_endpoint(&proxy.endpoint());
+    configure(&s, v, "");
+    let (batch, total_wcu) = mixed(n, &format!("s{run}"));
+    produce(&s.topic, batch).await;
+    let job = start_job(&s, workers).finish(v.label);
+    assert_eq!(count(&dynamo().await, &s.table).await, n, "{}", v.label);
+    let st = proxy.stats(&s.table);
+    let (throttled, requests) = proxy_rate(&st);
+    let t: Vec<[f64; 4]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    // The proxy's timeline starts at the first write; the workers' trace at
+    // their start: the first second with accepted WCU, on the trace's clock,
+    // is about when the first worker's first write went.
+    let first_write_on_trace = {
+        let rows: Vec<Vec<[Option<f64>; 4]>> =
+            serde_json::from_value(job.trace.clone()).unwrap_or_default();
+        rows.iter()
+            .flat_map(|w| w.iter())
+            .filter(|r| r[2].is_some_and(|w| w > 0.0))
+            .filter_map(|r| r[0])
+            .fold(f64::INFINITY, f64::min)
+    };
+    let end = t.len();
+    let phases: Vec<Value> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, &(at, cap))| {
+            let to = steps.get(i + 1).map_or(end, |s| s.0 as usize).min(end);
+            let from = (at as usize).min(end);
+            let at_trace = first_write_on_trace - 1.0 + at;
+            let until_trace = steps.get(i + 1).map_or(f64::INFINITY, |s| first_write_on_trace - 1.0 + s.0);
+            let accepted: f64 = t[from..to].iter().map(|x| x[1]).sum();
+            json!({
+                "at_s": at,
+                "limit": cap,
+                "accepted_settled_after_s": settle_after(&t, from, to, cap),
+                "pacing_settled_after_s": pacing_settle_after(&job.trace, at_trace, until_trace, cap),
+                "utilization": accepted / (cap * (to - from).max(1) as f64),
+            })
+        })
+        .collect();
+    json!({
+        "scenario": if on_demand { "on-demand" } else { "capacity-step" },
+        "strategy": v.label,
+        "workers": workers,
+        "records": n,
+        "wcu": total_wcu,
+        "requests": requests,
+        "throttled_rate": throttled / requests.max(1.0),
+        "phases": phases,
+        "worker_requests": job.requests,
+        "worker_throttled": job.throttled,
+        "wall_s": job.wall_s,
+        "timeline": st["timeline"],
+        "worker_trace": job.trace,
+    })
+}
+
+/// One run of the plan.
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    HotRange(usize),
+    Live(Option<f64>),
+    TwoJobs,
+    /// (workers, on demand)
+    Stepped(usize, bool),
+}
+
+impl Run {
+    async fn go(self, v: &'static Variant, n: usize) -> Value {
+        match self {
+            Run::HotRange(w) => hot_range(v, w, 4_000, n).await,
+            Run::Live(budget) => live(v, budget, 4_000, n).await,
+            Run::TwoJobs => two_jobs(v, 4_000, n).await,
+            Run::Stepped(w, true) => stepped(v, w, true, 6_000, n).await,
+            Run::Stepped(w, false) => stepped(v, w, false, 8_000, n).await,
+        }
+    }
+
+    fn scenario(self) -> &'static str {
+        match self {
+            Run::HotRange(_) => "hot-range",
+            Run::Live(None) => "live-writer",
+            Run::Live(Some(_)) => "live-writer, budget 0.65",
+            Run::TwoJobs => "two-jobs",
+            Run::Stepped(_, true) => "on-demand",
+            Run::Stepped(_, false) => "capacity-step",
+        }
+    }
+
+    fn workers(self) -> usize {
+        match self {
+            Run::HotRange(w) | Run::Stepped(w, _) => w,
+            Run::Live(_) => 3,
+            Run::TwoJobs => 6,
+        }
+    }
+}
+
+fn pct(v: &Value) -> String {
+    v.as_f64()
+        .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x))
+}
+
+fn secs(v: &Value) -> String {
+    v.as_f64().map_or("never".into(), |x| format!("{x:.0} s"))
+}
+
+fn markdown(rows: &[Value]) -> String {
+    fn of<'a>(rows: &'a [Value], name: &'a str) -> impl Iterator<Item = &'a Value> {
+        rows.iter()
+            .filter(move |r| r["scenario"].as_str() == Some(name))
+    }
+    let mut md = String::from(
+        "# DynamoDB's throttling shapes through `ingest throttle-proxy`\n\n\
+         Scaled down to what LocalStack writes on these machines; see benches/dynamodb.rs. \
+         A request counts as throttled if it got a throttling error or came back with any \
+         unprocessed item.\n\n\
+         ## Hot range: 4 partitions of 50 WCU/s, a 1,000 WCU/s table, Zipf(1.1) keys plus one key with 30% of the records\n\n\
+         Bound: the busiest partition's records / 50 WCU/s (every record is its own item: the table has a sort key).\n\n\
+         | strategy | workers | time vs bound | records/s | throttled requests | key-range refusals |\n|---|---|---|---|---|---|\n",
+    );
+    for r in of(rows, "hot-range") {
+        if failed(r, &mut md) {
+            continue;
+        }
+        md += &format!(
+            "| {} | {} | {:.2}x ({:.0} s / {:.0} s) | {:.0} | {} | {} |\n",
+            r["strategy"].as_str().unwrap_or(""),
+            r["workers"],
+            r["time_vs_bound"].as_f64().unwrap_or(0.0),
+            r["duration_s"].as_f64().unwrap_or(0.0),
+            r["bound_s"].as_f64().unwrap_or(0.0),
+            r["records_per_s"].as_f64().unwrap_or(0.0),
+            pct(&r["throttled_rate"]),
+            r["key_range_refused_items"],
+        );
+    }
+    md += "\n## Live writer: 200 WCU/s (1 s bucket, no burst credit), another writer at a steady 60 WCU/s, 3 workers\n\n\
+           | strategy | budget | job's throttled requests | utilization of the free 140 WCU/s | live writer's throttled requests |\n|---|---|---|---|---|\n";
+    for r in rows.iter().filter(|r| {
+        r["scenario"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("live-writer"))
+    }) {
+        md += &format!(
+            "| {} | {} | {} | {} | {} of {} ({}) |\n",
+            r["strategy"].as_str().unwrap_or(""),
+            if r["scenario"].as_str() == Some("live-writer") {
+                "none"
+            } else {
+                "0.65"
+            },
+            pct(&r["throttled_rate"]),
+            pct(&r["utilization_of_free"]),
+            r["live_throttled"],
+            r["live_requests"],
+            pct(&r["live_throttled_rate"]),
+        );
+    }
+    md += "\n## Two jobs: two consumer groups of 3 workers, one 200 WCU/s table\n\n\
+           Shares of the capacity while both ran.\n\n\
+           | strategy | throttled requests | together | job a | job b |\n|---|---|---|---|---|\n";
+    for r in of(rows, "two-jobs") {
+        if failed(r, &mut md) {
+            continue;
+        }
+        md += &format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r["strategy"].as_str().unwrap_or(""),
+            pct(&r["throttled_rate"]),
+            pct(&r["together"]),
+            pct(&r["job_a_share"]),
+            pct(&r["job_b_share"]),
+        );
+    }
+    for (name, title) in [
+        (
+            "on-demand",
+            "On-demand: maximum 150 WRU/s, raised to 300 at 20 s",
+        ),
+        (
+            "capacity-step",
+            "Capacity step: 200 -> 100 WCU/s at 20 s, -> 300 at 40 s",
+        ),
+    ] {
+        md += &format!(
+            "\n## {title}\n\nPer phase: seconds until the 3 s rolling accepted rate (and the workers' summed \
+             pacing rate) stays within 85-105% of the limit; utilization of the phase.\n\n\
+             | strategy | workers | throttled requests | phases: accepted settled / pacing settled / utilization |\n|---|---|---|---|\n"
+        );
+        for r in of(rows, name) {
+            if failed(r, &mut md) {
+                continue;
+            }
+            let phases: Vec<String> = r["phases"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    format!(
+                        "{}: {} / {} / {}",
+                        p["limit"],
+                        secs(&p["accepted_settled_after_s"]),
+                        secs(&p["pacing_settled_after_s"]),
+                        pct(&p["utilization"])
+                    )
+                })
+                .collect();
+            md += &format!(
+                "| {} | {} | {} | {} |\n",
+                r["strategy"].as_str().unwrap_or(""),
+                r["workers"],
+                pct(&r["throttled_rate"]),
+                phases.join("; "),
+            );
+        }
+    }
+    md
+}
+
+/// A failed run's line in its table; says whether `r` failed.
+fn failed(r: &Value, md: &mut String) -> bool {
+    let Some(e) = r["error"].as_str() else {
+        return false;
+    };
+    let e = e.lines().next().unwrap_or("").replace('|', "/");
+    *md += &format!(
+        "| {} | {} | failed: {e} |\n",
+        r["strategy"].as_str().unwrap_or(""),
+        r["workers"]
+    );
+    true
+}
+
+fn summary_line(r: &Value) -> String {
+    let mut short = r.clone();
+    if let Some(o) = short.as_object_mut() {
+        for k in ["timeline", "worker_trace"] {
+            o.remove(k);
+        }
+    }
+    short.to_string()
+}
+
+#[tokio::main]
+async fn main() {
+    require_stack();
+    let env = |k: &str| std::env::var(k).ok();
+    let only = env("BENCH_ONLY");
+    let scenario = env("BENCH_SCENARIO");
+    let workers: Vec<usize> = env("BENCH_WORKERS")
+        .unwrap_or_else(|| "1,3".into())
+        .split(',')
+        .filter_map(|w| w.trim().parse().ok())
+        .collect();
+    let wants = |name: &str| scenario.as_ref().is_none_or(|s| name.contains(s.as_str()));
+    let variants: Vec<&Variant> = VARIANTS
+        .iter()
+        .filter(|v| only.as_ref().is_none_or(|o| v.label.contains(o.as_str())))
+        .collect();
+    // The default first, so its rows come early in a long run.
+    let mut plan: Vec<(&'static Variant, Run)> = Vec::new();
+    for v in variants.iter().rev() {
+        if wants("hot-range") {
+            plan.extend(workers.iter().map(|&w| (*v, Run::HotRange(w))));
+        }
+        if wants("live-writer") {
+            plan.push((v, Run::Live(None)));
+            if std::ptr::eq(*v, default_variant()) {
+                plan.push((v, Run::Live(Some(0.65))));
+            }
+        }
+        if wants("two-jobs") {
+            plan.push((v, Run::TwoJobs));
+        }
+        if wants("on-demand") {
+            plan.extend(workers.iter().map(|&w| (*v, Run::Stepped(w, true))));
+        }
+        if wants("capacity-step") {
+            plan.extend(workers.iter().map(|&w| (*v, Run::Stepped(w, false))));
+        }
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rows = Vec::new();
+    let mut md = String::new();
+    for (n, (v, run)) in plan.into_iter().enumerate() {
+        // A run that fails (a worker that exits non-zero, a record missing)
+        // is reported as such; the others still run.
+        let row = match tokio::spawn(run.go(v, n + 1)).await {
+            Ok(row) => row,
+            Err(e) => {
+                let msg = e
+                    .try_into_panic()
+                    .ok()
+                    .and_then(|p| {
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    })
+                    .unwrap_or_else(|| "cancelled".into());
+                json!({ "scenario": run.scenario(), "strategy": v.label, "workers": run.workers(), "error": msg })
+            }
+        };
+        eprintln!("{}", summary_line(&row));
+        rows.push(row);
+        // Written after every run: a long run stopped early keeps its rows.
+        md = markdown(&rows);
+        std::fs::write(dir.join("dynamodb.md"), &md).unwrap();
+        std::fs::write(
+            dir.join("dynamodb.json"),
+            serde_json::to_string_pretty(&json!({ "runs": rows })).unwrap(),
+        )
+        .unwrap();
+    }
+    println!("{md}\nreports: target/bench/dynamodb.md, target/bench/dynamodb.json");
+}
