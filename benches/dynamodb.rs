@@ -420,12 +420,13 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
 async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     const CAPACITY: f64 = 200.0;
     let a = Setup::build(3, "", Some(CAPACITY as i64)).await;
-    let b = Setup::build(3, "", None).await;
-    // Job b writes to job a's table.
+    let mut b = Setup::build(3, "", None).await;
+    // Job b writes to job a's table (its metrics are labelled by it).
     let text = std::fs::read_to_string(&b.config)
         .unwrap()
         .replace(&b.table, &a.table);
     std::fs::write(&b.config, text).unwrap();
+    b.table = a.table.clone();
     let proxy = ThrottleProxy::start(&[]);
     for s in [&a, &b] {
         s.use_endpoint(&proxy.endpoint());

@@ -104,6 +104,12 @@ impl OnDemand {
         }
     }
 
+    /// Units it would admit at once now.
+    pub fn available(&mut self, now: Duration) -> f64 {
+        self.roll(now);
+        self.bucket.available(now)
+    }
+
     /// Gives back what a write refused elsewhere (or failed upstream) took.
     pub fn refund(&mut self, cost: f64) {
         self.bucket.refund(cost);

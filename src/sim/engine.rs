@@ -79,6 +79,8 @@ struct Client {
     latency: Duration,
     answer: Option<super::server::Answer>,
     window: AcceptedWindow,
+    /// Its share of the capacity, when told (1 / its job's clients).
+    share: Option<f64>,
     attempts: u64,
     throttled: u64,
 }
@@ -171,7 +173,6 @@ struct Run<'a> {
     server: Server,
     /// The bucket size the server's reported level is a fraction of.
     bucket_size: f64,
-    share: Option<f64>,
     burst: NonZeroU32,
     queue: BinaryHeap<Reverse<(Duration, u64, usize, Step)>>,
     seq: u64,
@@ -194,7 +195,6 @@ impl<'a> Run<'a> {
             mode,
             server,
             bucket_size,
-            share: c.know_share.then(|| 1.0 / c.count as f64),
             burst: NonZeroU32::new(c.pacing_burst.max(1)).expect(">= 1"),
             queue: BinaryHeap::new(),
             seq: 0,
@@ -222,9 +222,13 @@ impl<'a> Run<'a> {
             let mean_units = c.cost.mean().ceil() * c.items as f64;
             strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
         }
+        let share = c.know_share.then(|| {
+            let g = sc.group_of(i);
+            1.0 / (0..c.count).filter(|&j| sc.group_of(j) == g).count() as f64
+        });
         if c.know_capacity {
             let refill = Some(self.server.refill()).filter(|r| *r > 0.0);
-            strategy.hint(refill, self.share);
+            strategy.hint(refill, share);
         }
         let rate = strategy.rate().or(c.pacing_rate);
         Client {
@@ -240,6 +244,7 @@ impl<'a> Run<'a> {
             latency: Duration::ZERO,
             answer: None,
             window: AcceptedWindow::new(REMAINING_WINDOW),
+            share,
             attempts: 0,
             throttled: 0,
         }
@@ -322,7 +327,7 @@ impl<'a> Run<'a> {
             remaining: a.remaining.or(estimate),
             level_units: a.remaining.map(|r| r * self.bucket_size),
             capacity,
-            share: self.share,
+            share: cl.share,
         };
         let d = cl.strategy.after_attempt(&fb);
         if let Some(r) = cl.strategy.rate() {

@@ -78,6 +78,7 @@ pub fn run(sc: &Scenario) -> Result<Results, SimError> {
             sc.clients.items,
             &main,
             clear.as_ref(),
+            sc.clients.groups,
         ));
         runs.push(main);
     }

@@ -28,6 +28,10 @@ pub struct Score {
     pub requests_vs_ideal: f64,
     pub accepted_units: f64,
     pub offered_units: f64,
+    /// With `clients.groups` > 1: each job's accepted units / the units the
+    /// server offered (empty with one job).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub group_shares: Vec<f64>,
 }
 
 pub fn score(
@@ -36,7 +40,16 @@ pub fn score(
     items_per_request: usize,
     main: &Outcome,
     clear: Option<&Outcome>,
+    groups: usize,
 ) -> Score {
+    let mut group_shares = vec![0.0; if groups > 1 { groups } else { 0 }];
+    if main.offered_units > 0.0 {
+        for a in &main.attempts {
+            if let Some(g) = group_shares.get_mut(a.client as usize % groups) {
+                *g += a.accepted_units / main.offered_units;
+            }
+        }
+    }
     let rates: Vec<f64> = main
         .per_client
         .iter()
@@ -74,6 +87,7 @@ pub fn score(
         },
         accepted_units: main.accepted_units,
         offered_units: main.offered_units,
+        group_shares,
     }
 }
 
@@ -117,6 +131,14 @@ pub fn table(scenario: &str, scores: &[Score]) -> String {
             r.throttled,
             r.requests_vs_ideal
         ));
+        if !r.group_shares.is_empty() {
+            let shares: Vec<String> = r
+                .group_shares
+                .iter()
+                .map(|g| format!("{:.1}%", g * 100.0))
+                .collect();
+            s.push_str(&format!("{:<32} jobs' shares: {}\n", "", shares.join(", ")));
+        }
     }
     s
 }
@@ -140,10 +162,35 @@ mod tests {
             offered_units: 100.0,
             ..Outcome::default()
         };
-        let s = score("x", "x", 1, &o, None);
+        let s = score("x", "x", 1, &o, None, 1);
         assert!((s.retry_rate - 0.25).abs() < 1e-12, "(0.5 + 0) / 2");
         assert_eq!((s.requests, s.throttled), (110, 5));
         assert!((s.utilization - 0.95).abs() < 1e-12);
         assert!((s.requests_vs_ideal - 110.0 / 105.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_jobs_share_is_its_clients_accepted_units_over_the_offered() {
+        use super::super::engine::Attempt;
+        let at = |client, accepted_units| Attempt {
+            client,
+            t_s: 0.0,
+            wait_s: 0.0,
+            units: 10.0,
+            accepted_units,
+            throttled: false,
+            remaining: None,
+        };
+        let o = Outcome {
+            attempts: vec![at(0, 10.0), at(1, 30.0), at(2, 20.0), at(3, 0.0)],
+            per_client: vec![(1, 0); 4],
+            items_written: 4,
+            accepted_units: 60.0,
+            offered_units: 100.0,
+            ..Outcome::default()
+        };
+        // Clients 0 and 2 are job 0, 1 and 3 job 1.
+        assert_eq!(score("x", "x", 1, &o, None, 2).group_shares, [0.3, 0.3]);
+        assert!(score("x", "x", 1, &o, None, 1).group_shares.is_empty());
     }
 }

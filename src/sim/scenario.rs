@@ -43,6 +43,12 @@ pub enum Model {
     /// `refill_per_s` WCU/s up to `capacity` units, plus burst credit from
     /// unused capacity; a batch writes the items that fit.
     Dynamodb,
+    /// A DynamoDB on-demand table (the throttle proxy's model,
+    /// `src/proxy/on_demand.rs`): a 1 s bucket at the lower of twice the
+    /// previous peak and `refill_per_s`, the table's MaxWriteRequestUnits
+    /// (what DescribeTable reports, and what the clients are told); schedule
+    /// steps move the maximum.
+    OnDemand,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -73,6 +79,13 @@ pub struct Server {
     /// whole capacity; utilization is measured against what is left.
     #[serde(default)]
     pub foreign_per_s: f64,
+    /// on-demand: what the table admits at first, units/s (its previous peak
+    /// is half of it; DynamoDB: 4,000).
+    #[serde(default = "on_demand_start")]
+    pub on_demand_start: f64,
+    /// on-demand: seconds before a new peak counts (DynamoDB: 1,800).
+    #[serde(default = "on_demand_scale_s")]
+    pub on_demand_scale_s: f64,
 }
 
 /// A capacity change at `at_s` (auto scaling).
@@ -170,6 +183,12 @@ pub struct Clients {
     /// Units the pacer releases at once (the worker's `throttle.pacing_burst`).
     #[serde(default = "burst")]
     pub pacing_burst: u32,
+    /// Jobs the clients form (client i is in job i % groups): each job's
+    /// clients split the capacity among themselves, unaware of the other
+    /// jobs (two consumer groups on one table). With `know_share`, a client
+    /// is told 1 / its job's clients.
+    #[serde(default = "one_usize")]
+    pub groups: usize,
 }
 
 /// The time-to-clear probe (seed 004): a separate run where the server holds
@@ -197,6 +216,12 @@ fn non_negative(x: f64) -> bool {
 
 fn one() -> Dist {
     Dist::Fixed(1.0)
+}
+fn on_demand_start() -> f64 {
+    crate::proxy::on_demand::NEW_TABLE_WRU
+}
+fn on_demand_scale_s() -> f64 {
+    crate::proxy::on_demand::SCALE_S
 }
 fn one_usize() -> usize {
     1
@@ -276,8 +301,21 @@ impl Scenario {
                 sv.foreign_per_s
             ));
         }
-        if sv.model == Model::Dynamodb && sv.refill_per_s <= 0.0 {
-            return bad("server.refill_per_s: must be > 0 for model = \"dynamodb\"".into());
+        if sv.model != Model::TokenBucket && sv.refill_per_s <= 0.0 {
+            return bad(format!(
+                "server.refill_per_s: must be > 0 for model = \"{}\"",
+                if sv.model == Model::Dynamodb {
+                    "dynamodb"
+                } else {
+                    "on-demand"
+                }
+            ));
+        }
+        if !(positive(sv.on_demand_start) && non_negative(sv.on_demand_scale_s)) {
+            return bad(format!(
+                "server.on_demand_start = {}, on_demand_scale_s = {}: must be > 0 and >= 0",
+                sv.on_demand_start, sv.on_demand_scale_s
+            ));
         }
         if let Some(c) = sv.capacity.filter(|c| !positive(*c)) {
             return bad(format!("server.capacity = {c}: must be > 0"));
@@ -341,6 +379,12 @@ impl Scenario {
         if c.pacing_burst == 0 {
             return bad("clients.pacing_burst: must be >= 1".into());
         }
+        if c.groups == 0 || c.groups > c.count {
+            return bad(format!(
+                "clients.groups = {}: must be in 1..=count ({})",
+                c.groups, c.count
+            ));
+        }
         Ok(())
     }
 
@@ -374,6 +418,11 @@ impl Scenario {
             out.push(Entry { label, config });
         }
         Ok(out)
+    }
+
+    /// The job client `i` is in.
+    pub fn group_of(&self, i: usize) -> usize {
+        i % self.clients.groups
     }
 
     /// Whether answers carry the bucket level.
@@ -418,6 +467,11 @@ mod tests {
                 "duration_s = 0: must be in",
             ),
             ("count = 2", "count = 0", "clients.count = 0"),
+            (
+                "count = 2",
+                "count = 2\ngroups = 3",
+                "clients.groups = 3: must be in 1..=count",
+            ),
             ("capacity = 100\n", "", "server.capacity: required"),
             (
                 "name = \"adaptive\"",

@@ -1,11 +1,13 @@
-//! The simulated server: a token bucket (Heroku's API) or DynamoDB's
+//! The simulated server: a token bucket (Heroku's API), DynamoDB's
 //! provisioned capacity (the throttle proxy's own [`Bucket`], so the
-//! simulator and `ingest throttle-proxy` enforce capacity with the same code),
-//! with a capacity schedule. Pure: time is passed in.
+//! simulator and `ingest throttle-proxy` enforce capacity with the same code)
+//! or an on-demand table (the proxy's [`OnDemand`]), with a capacity
+//! schedule. Pure: time is passed in.
 
 use std::time::Duration;
 
 use crate::proxy::bucket::Bucket;
+use crate::proxy::on_demand::OnDemand;
 
 use super::scenario::{Model, Server as ServerCfg, Step};
 
@@ -43,6 +45,7 @@ impl Tokens {
 enum Kind {
     Tokens(Tokens),
     Dynamo(Bucket),
+    OnDemand(OnDemand),
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +96,16 @@ impl Server {
                 }
                 (Kind::Dynamo(b), initial)
             }
+            Model::OnDemand => {
+                let mut od = OnDemand::new(
+                    cfg.on_demand_start,
+                    Some(cfg.refill_per_s),
+                    cfg.on_demand_scale_s,
+                    Duration::ZERO,
+                );
+                let initial = od.available(Duration::ZERO);
+                (Kind::OnDemand(od), initial)
+            }
         };
         Self {
             kind,
@@ -129,6 +142,16 @@ impl Server {
         match &self.kind {
             Kind::Tokens(t) => t.refill,
             Kind::Dynamo(b) => b.rate() + self.foreign,
+            // DescribeTable's MaxWriteRequestUnits.
+            Kind::OnDemand(od) => od.max().unwrap_or_else(|| od.limit()),
+        }
+    }
+
+    /// What the server admits per second now (the offered capacity).
+    fn admits(&self) -> f64 {
+        match &self.kind {
+            Kind::OnDemand(od) => od.limit(),
+            _ => self.refill() - self.foreign,
         }
     }
 
@@ -157,6 +180,11 @@ impl Server {
                         b.set_rate((r - self.foreign).max(0.0), at);
                     }
                 }
+                Kind::OnDemand(od) => {
+                    if let Some(r) = step.refill_per_s.or(step.capacity) {
+                        od.set_max(Some(r), at);
+                    }
+                }
             }
         }
         self.account(now);
@@ -164,7 +192,7 @@ impl Server {
 
     fn account(&mut self, now: Duration) {
         if now > self.offered_until {
-            let free = self.refill() - self.foreign;
+            let free = self.admits();
             self.offered += free * (now - self.offered_until).as_secs_f64();
             self.offered_until = now;
         }
@@ -195,6 +223,16 @@ impl Server {
                     .sum();
                 (mask, units)
             }
+            Kind::OnDemand(od) => {
+                let mask: Vec<bool> = costs.iter().map(|&c| od.try_take(c, now).is_ok()).collect();
+                let units = costs
+                    .iter()
+                    .zip(&mask)
+                    .filter(|(_, ok)| **ok)
+                    .map(|(c, _)| c)
+                    .sum();
+                (mask, units)
+            }
         };
         self.accepted += accepted_units;
         Answer {
@@ -210,6 +248,7 @@ impl Server {
         match &mut self.kind {
             Kind::Tokens(t) => t.at(now),
             Kind::Dynamo(b) => b.available(now),
+            Kind::OnDemand(od) => od.available(now),
         }
     }
 
@@ -218,6 +257,7 @@ impl Server {
         let size = match &self.kind {
             Kind::Tokens(t) => t.size,
             Kind::Dynamo(b) => b.rate(),
+            Kind::OnDemand(od) => od.limit(),
         };
         (self.available(now).floor() / size).clamp(0.0, 1.0)
     }
@@ -247,7 +287,44 @@ mod tests {
             report_remaining: None,
             schedule: Vec::new(),
             foreign_per_s: 0.0,
+            on_demand_start: 4_000.0,
+            on_demand_scale_s: 1_800.0,
         }
+    }
+
+    #[test]
+    fn an_on_demand_table_admits_its_maximum_and_follows_a_step_of_it() {
+        let mut c = cfg(Model::OnDemand, None, 100.0);
+        c.schedule = vec![Step {
+            at_s: 10.0,
+            refill_per_s: Some(300.0),
+            capacity: None,
+        }];
+        let mut sv = Server::new(&c, false);
+        assert_eq!(sv.refill(), 100.0, "DescribeTable's maximum");
+        let mut written = 0;
+        for t in 1..=9 {
+            written = sv.request(&[1.0; 25 * 20], s(t as f64)).accepted_items();
+        }
+        assert_eq!(written, 100);
+        written = sv.request(&[1.0; 25 * 20], s(11.0)).accepted_items();
+        assert!(written >= 300, "one second at the new maximum: {written}");
+        assert_eq!(sv.refill(), 300.0);
+        let (_, off) = sv.totals(s(20.0));
+        assert!((off - (100.0 + 1000.0 + 3000.0)).abs() < 1e-6, "{off}");
+    }
+
+    #[test]
+    fn a_new_on_demand_table_admits_twice_its_previous_peak_once_it_counts() {
+        let mut c = cfg(Model::OnDemand, None, 1_000.0);
+        c.on_demand_start = 100.0;
+        c.on_demand_scale_s = 5.0;
+        let mut sv = Server::new(&c, false);
+        assert_eq!(sv.request(&[1.0; 500], s(1.0)).accepted_items(), 100);
+        // The second with 100 counts as the peak 5 s after it ended: the
+        // table then admits 200 a second.
+        sv.request(&[1.0; 500], s(8.5));
+        assert_eq!(sv.request(&[1.0; 500], s(9.5)).accepted_items(), 200);
     }
 
     #[test]
