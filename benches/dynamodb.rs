@@ -216,6 +216,43 @@ fn settle_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64>
         .map(|i| (i - from) as f64)
 }
 
+/// Seconds from `from` until the 3 s rolling accepted rate first reaches 90%
+/// of `cap` (None: not before `to`).
+fn reach_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64> {
+    (from..to)
+        .find(|&i| {
+            let lo = i.saturating_sub(2).max(from);
+            let avg = t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64;
+            avg >= 0.9 * cap
+        })
+        .map(|i| (i - from) as f64)
+}
+
+/// The workers' summed pacing rate per whole second of the trace's clock.
+fn summed_pacing(trace: &Value) -> Vec<(i64, f64)> {
+    let rows: Vec<Vec<[Option<f64>; 4]>> =
+        serde_json::from_value(trace.clone()).unwrap_or_default();
+    let mut sums: std::collections::BTreeMap<i64, f64> = Default::default();
+    for w in &rows {
+        for r in w {
+            if let (Some(t), Some(p)) = (r[0], r[1]) {
+                *sums.entry(t.floor() as i64).or_default() += p;
+            }
+        }
+    }
+    sums.into_iter().collect()
+}
+
+/// Seconds from `step_s` until the workers' summed pacing rate first
+/// reaches 90% of `cap` (trace clock).
+fn pacing_reach_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Option<f64> {
+    summed_pacing(trace)
+        .into_iter()
+        .filter(|(t, _)| (*t as f64) >= step_s.floor() && (*t as f64) < until_s)
+        .find(|(_, p)| *p >= 0.9 * cap)
+        .map(|(t, _)| (t as f64 - step_s.floor()).max(0.0))
+}
+
 /// The same on the workers' summed pacing rate, sampled each second (the
 /// trace's rows; `step_s` and `until_s` on the trace's clock, the job's
 /// start).
@@ -514,7 +551,8 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
             .filter_map(|r| r[0])
             .fold(f64::INFINITY, f64::min)
     };
-    let end = t.len();
+    // The last seconds, as the job drains, are not a phase's steady state.
+    let end = t.len().saturating_sub(3);
     let phases: Vec<Value> = steps
         .iter()
         .enumerate()
@@ -527,6 +565,8 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
             json!({
                 "at_s": at,
                 "limit": cap,
+                "accepted_reached_after_s": reach_after(&t, from, to, cap),
+                "pacing_reached_after_s": pacing_reach_after(&job.trace, at_trace, until_trace, cap),
                 "accepted_settled_after_s": settle_after(&t, from, to, cap),
                 "pacing_settled_after_s": pacing_settle_after(&job.trace, at_trace, until_trace, cap),
                 "utilization": accepted / (cap * (to - from).max(1) as f64),
@@ -679,9 +719,11 @@ fn markdown(rows: &[Value]) -> String {
         ),
     ] {
         md += &format!(
-            "\n## {title}\n\nPer phase: seconds until the 3 s rolling accepted rate (and the workers' summed \
-             pacing rate) stays within 85-105% of the limit; utilization of the phase.\n\n\
-             | strategy | workers | throttled requests | phases: accepted settled / pacing settled / utilization |\n|---|---|---|---|\n"
+            "\n## {title}\n\nPer phase (the run's last 3 s, as the job drains, left out): seconds until the \
+             3 s rolling accepted rate first reaches 90% of the limit, and until the workers' summed pacing \
+             rate does; seconds until the accepted rate stays within 85-105% of the limit; utilization of \
+             the phase.\n\n\
+             | strategy | workers | throttled requests | phases: limit: accepted reached / pacing reached / settled / utilization |\n|---|---|---|---|\n"
         );
         for r in of(rows, name) {
             if failed(r, &mut md) {
@@ -693,10 +735,11 @@ fn markdown(rows: &[Value]) -> String {
                 .flatten()
                 .map(|p| {
                     format!(
-                        "{}: {} / {} / {}",
+                        "{}: {} / {} / {} / {}",
                         p["limit"],
+                        secs(&p["accepted_reached_after_s"]),
+                        secs(&p["pacing_reached_after_s"]),
                         secs(&p["accepted_settled_after_s"]),
-                        secs(&p["pacing_settled_after_s"]),
                         pct(&p["utilization"])
                     )
                 })
