@@ -26,172 +26,29 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use support::{col, configure, default_variant, trace_rows, Job, StopOnDrop, Variant, VARIANTS};
 
-struct Variant {
-    label: &'static str,
-    strategy: &'static str,
-    sdk: &'static str,
+/// The anchors the issue names for these shapes (bench-throttle also runs
+/// naive retry and Heroku's proportional-remaining).
+fn compared(v: &Variant) -> bool {
+    !["naive immediate retry", "Heroku proportional-remaining"].contains(&v.label)
 }
 
-static VARIANTS: &[Variant] = &[
-    Variant {
-        label: "AWS SDK standard retry",
-        strategy: r#"{ name = "naive" }"#,
-        sdk: "standard",
-    },
-    Variant {
-        label: "AWS SDK adaptive retry",
-        strategy: r#"{ name = "naive" }"#,
-        sdk: "adaptive",
-    },
-    Variant {
-        label: "exponential backoff",
-        strategy: r#"{ name = "exponential" }"#,
-        sdk: "off",
-    },
-    Variant {
-        label: "seed AutoSleeper (defaults)",
-        strategy: r#"{ name = "autosleeper" }"#,
-        sdk: "off",
-    },
-    Variant {
-        label: "adaptive (default)",
-        strategy: r#"{ name = "adaptive" }"#,
-        sdk: "off",
-    },
-];
-
-fn default_variant() -> &'static Variant {
-    VARIANTS.last().expect("variants")
-}
-
-/// One job: a setup and its running workers, with their `/metrics` sampled
-/// every second.
-struct Job {
-    workers: Vec<Worker>,
-    stop: Arc<AtomicBool>,
-    sampler: std::thread::JoinHandle<Value>,
-    started: Instant,
-}
-
-/// What a job's workers reported.
-#[derive(Default)]
-struct JobResult {
-    requests: u64,
-    throttled: u64,
-    items_written: u64,
-    wall_s: f64,
-    /// Per worker: `[t, pacing rate, wcu consumed, throttled requests]` rows.
-    trace: Value,
-}
-
-/// Writes the variant's `[throttle]` section (plus `extra`) into the setup's
-/// config, logs at warn.
-fn configure(s: &Setup, v: &Variant, extra: &str) {
-    s.append_config(&format!(
-        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\ncapacity_poll_s = 5\n{extra}",
-        v.strategy, v.sdk
-    ));
-    let text = std::fs::read_to_string(&s.config)
-        .unwrap()
-        .replace("level = \"info\"", "level = \"warn\"");
-    std::fs::write(&s.config, text).unwrap();
-}
-
-fn start_job(s: &Setup, workers: usize) -> Job {
-    let ports: Vec<String> = (0..workers)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
-    let started = Instant::now();
-    let running = ports
-        .iter()
-        .map(|addr| s.spawn_with_env(true, &[("INGEST__OPS__LISTEN", addr)]))
-        .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = stop.clone();
-    let label = format!("{{table=\"{}\"}}", s.table);
-    let sampler = std::thread::spawn(move || {
-        let mut rows: Vec<Vec<Value>> = vec![Vec::new(); ports.len()];
-        while !done.load(Ordering::Relaxed) {
-            for (i, addr) in ports.iter().enumerate() {
-                let Ok((200, text)) = http_get(addr, "/metrics") else {
-                    continue;
-                };
-                let get = |m: &str| sample(&text, &format!("{m}{label}"));
-                rows[i].push(json!([
-                    (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-                    get("ingest_pacing_rate_wcu"),
-                    get("ingest_wcu_consumed_total"),
-                    get("ingest_throttled_requests_total"),
-                ]));
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        json!(rows)
-    });
-    Job {
-        workers: running,
-        stop,
-        sampler,
-        started,
-    }
-}
-
-impl Job {
-    /// Waits for every worker's exit (each must exit 0 with a summary).
-    fn finish(self, what: &str) -> JobResult {
-        let mut r = JobResult::default();
-        for w in self.workers {
-            let logs = w.logs.clone();
-            let (code, summary) = w.wait(Duration::from_secs(1800));
-            let summary = summary.unwrap_or_else(|| {
-                let logs = logs.lock().unwrap();
-                let tail: Vec<String> = logs.iter().rev().take(5).map(Value::to_string).collect();
-                panic!(
-                    "{what}: no summary (exit {code:?}); last logs:\n{}",
-                    tail.join("\n")
-                )
-            });
-            assert_eq!(code, Some(0), "{what}: {summary}");
-            let f = |k: &str| summary[k].as_u64().unwrap_or(0);
-            r.requests += f("requests");
-            r.throttled += f("throttled_requests");
-            r.items_written += f("items_written");
-        }
-        r.wall_s = self.started.elapsed().as_secs_f64();
-        self.stop.store(true, Ordering::Relaxed);
-        r.trace = self.sampler.join().unwrap();
-        r
-    }
-}
-
-/// Mixed sizes: 1 WCU mostly, 2 WCU every 5th record, 5 WCU every 20th
-/// (bench-throttle's workload). Returns the records and their WCU.
+/// bench-throttle's mixed sizes (1, 2 and 5 WCU), keyed `{prefix}-...`.
 fn mixed(n: usize, prefix: &str) -> (Vec<(String, Option<String>)>, f64) {
-    let mut wcu = 0.0;
-    let records = (0..n)
-        .map(|i| {
-            let (pad, cost) = match i {
-                _ if i % 20 == 0 => (4_500, 5.0),
-                _ if i % 5 == 0 => (1_500, 2.0),
-                _ => (100, 1.0),
-            };
-            wcu += cost;
-            let id = format!("{prefix}-{i:06}");
-            let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"}}"#, "x".repeat(pad));
-            (id, Some(v))
-        })
-        .collect();
-    (records, wcu)
+    let (records, wcu) = mixed_sizes_keyed(n, &format!("{prefix}-"));
+    (records, wcu as f64)
 }
 
 /// The proxy's counters, with the throttled-request rate as the bench
@@ -202,15 +59,18 @@ fn proxy_rate(st: &Value) -> (f64, f64) {
     (throttled, f("requests"))
 }
 
+/// The accepted rate averaged over the 3 s of the proxy's timeline ending
+/// at `i` (not before `from`).
+fn rolling(t: &[[f64; 4]], from: usize, i: usize) -> f64 {
+    let lo = i.saturating_sub(2).max(from);
+    t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64
+}
+
 /// Seconds from `from` (an index of the proxy's per-second timeline) until
 /// the 3 s rolling accepted rate first stays within 85-105% of `cap` for
 /// the rest of `[from, to)` (None: never).
 fn settle_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64> {
-    let ok = |i: usize| {
-        let lo = i.saturating_sub(2).max(from);
-        let avg = t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64;
-        (0.85 * cap..=1.05 * cap).contains(&avg)
-    };
+    let ok = |i: usize| (0.85 * cap..=1.05 * cap).contains(&rolling(t, from, i));
     (from..to)
         .find(|&i| (i..to).all(|j| j < from + 2 || ok(j)))
         .map(|i| (i - from) as f64)
@@ -220,62 +80,25 @@ fn settle_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64>
 /// of `cap` (None: not before `to`).
 fn reach_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64> {
     (from..to)
-        .find(|&i| {
-            let lo = i.saturating_sub(2).max(from);
-            let avg = t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64;
-            avg >= 0.9 * cap
-        })
+        .find(|&i| rolling(t, from, i) >= 0.9 * cap)
         .map(|i| (i - from) as f64)
 }
 
-/// The workers' summed pacing rate per whole second of the trace's clock.
-fn summed_pacing(trace: &Value) -> Vec<(i64, f64)> {
-    let rows: Vec<Vec<[Option<f64>; 4]>> =
-        serde_json::from_value(trace.clone()).unwrap_or_default();
-    let mut sums: std::collections::BTreeMap<i64, f64> = Default::default();
-    for w in &rows {
-        for r in w {
-            if let (Some(t), Some(p)) = (r[0], r[1]) {
-                *sums.entry(t.floor() as i64).or_default() += p;
-            }
-        }
-    }
-    sums.into_iter().collect()
-}
-
-/// Seconds from `step_s` until the workers' summed pacing rate first
-/// reaches 90% of `cap` (trace clock).
+/// Seconds from `step_s` until the workers' summed pacing rate, per whole
+/// second of the trace's clock (the job's start), first reaches 90% of
+/// `cap` before `until_s`.
 fn pacing_reach_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Option<f64> {
-    summed_pacing(trace)
-        .into_iter()
-        .filter(|(t, _)| (*t as f64) >= step_s.floor() && (*t as f64) < until_s)
-        .find(|(_, p)| *p >= 0.9 * cap)
-        .map(|(t, _)| (t as f64 - step_s.floor()).max(0.0))
-}
-
-/// The same on the workers' summed pacing rate, sampled each second (the
-/// trace's rows; `step_s` and `until_s` on the trace's clock, the job's
-/// start).
-fn pacing_settle_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Option<f64> {
-    let rows: Vec<Vec<[Option<f64>; 4]>> =
-        serde_json::from_value(trace.clone()).unwrap_or_default();
-    // Sum by whole second.
     let mut sums: std::collections::BTreeMap<i64, f64> = Default::default();
-    for w in &rows {
-        for r in w {
-            if let (Some(t), Some(p)) = (r[0], r[1]) {
-                *sums.entry(t.floor() as i64).or_default() += p;
-            }
+    for r in trace_rows(trace).iter().flatten() {
+        if let (Some(t), Some(p)) = (r[col::T], r[col::PACING]) {
+            *sums.entry(t.floor() as i64).or_default() += p;
         }
     }
-    let secs: Vec<(i64, f64)> = sums
-        .into_iter()
-        .filter(|(t, _)| (*t as f64) >= step_s && (*t as f64) < until_s)
-        .collect();
-    let ok = |p: f64| (0.85 * cap..=1.05 * cap).contains(&p);
-    (0..secs.len())
-        .find(|&i| secs[i..].iter().all(|(_, p)| ok(*p)))
-        .map(|i| secs[i].0 as f64 - step_s)
+    let from = step_s.floor();
+    sums.into_iter()
+        .filter(|(t, _)| (*t as f64) >= from && (*t as f64) < until_s)
+        .find(|(_, p)| *p >= 0.9 * cap)
+        .map(|(t, _)| t as f64 - from)
 }
 
 /// `hot-range`: returns the row.
@@ -326,7 +149,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         .map(|(n, id)| (id.clone(), Some(format!(r#"{{"id":"{id}","sk":{n}}}"#))))
         .collect();
     produce(&s.topic, batch).await;
-    let job = start_job(&s, workers).finish(v.label);
+    let job = Job::start(&s, workers).finish(v.label);
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
     let duration =
@@ -357,52 +180,53 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     })
 }
 
+/// What the live writer saw: requests, throttles (a throughput error), and
+/// other failures.
+#[derive(Debug, Default)]
+struct LiveCounts {
+    requests: u64,
+    throttled: u64,
+    failed: u64,
+}
+
 /// Another writer: PutItem of 1 WCU items at `rate`/s, the SDK's retries
-/// off, until `stop`; returns (requests, throttled).
+/// off, until `stop` is set (dropping the [`StopOnDrop`] that holds it).
 fn live_writer(
     endpoint: String,
     table: String,
     rate: f64,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(u64, u64)> {
+) -> std::thread::JoinHandle<LiveCounts> {
+    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async move {
-            let conf = aws_sdk_dynamodb::Config::builder()
-                .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-                .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-                .endpoint_url(&endpoint)
-                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-                .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                    "test", "test", None, None, "bench",
-                ))
-                .build();
-            let client = aws_sdk_dynamodb::Client::from_conf(conf);
+            let client = dynamo_without_retries(&endpoint);
             let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let (mut requests, mut throttled) = (0u64, 0u64);
-            let mut n = 0u64;
+            let mut c = LiveCounts::default();
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                n += 1;
+                let id = format!("live-{}", c.requests % 500);
                 let r = client
                     .put_item()
                     .table_name(&table)
-                    .item(
-                        "id",
-                        aws_sdk_dynamodb::types::AttributeValue::S(format!("live-{}", n % 500)),
-                    )
+                    .item("id", aws_sdk_dynamodb::types::AttributeValue::S(id))
                     .send()
                     .await;
-                requests += 1;
-                if r.is_err() {
-                    throttled += 1;
+                c.requests += 1;
+                match r.as_ref().err().and_then(|e| e.code()) {
+                    None if r.is_ok() => {}
+                    Some("ProvisionedThroughputExceededException" | "ThrottlingException") => {
+                        c.throttled += 1
+                    }
+                    _ => c.failed += 1,
                 }
             }
-            (requests, throttled)
+            c
         })
     })
 }
@@ -418,13 +242,14 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
     configure(&s, v, &extra);
     let (batch, _) = mixed(n, &format!("r{run}"));
     produce(&s.topic, batch).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = live_writer(proxy.endpoint(), s.table.clone(), LIVE, stop.clone());
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let writer = live_writer(proxy.endpoint(), s.table.clone(), LIVE, stop.0.clone());
     // The live writer alone first, as production runs before a job starts.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let job = start_job(&s, 3).finish(v.label);
-    stop.store(true, Ordering::Relaxed);
-    let (live_requests, live_throttled) = writer.join().unwrap();
+    let job = Job::start(&s, 3).finish(v.label);
+    drop(stop);
+    let live_counts = writer.join().unwrap();
+    let (live_requests, live_throttled) = (live_counts.requests, live_counts.throttled);
     let st = proxy.stats(&s.table);
     let f = |k: &str| st[k].as_f64().unwrap_or(0.0);
     // PutItem throttles are the live writer's; partial answers the job's.
@@ -448,6 +273,7 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
         "live_requests": live_requests,
         "live_throttled": live_throttled,
         "live_throttled_rate": live_throttled as f64 / live_requests.max(1) as f64,
+        "live_failed": live_counts.failed,
         "wall_s": job.wall_s,
         "worker_trace": job.trace,
     })
@@ -473,8 +299,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     let (rb, _) = mixed(n, &format!("b{run}"));
     produce(&a.topic, ra).await;
     produce(&b.topic, rb).await;
-    let ja = start_job(&a, 3);
-    let jb = start_job(&b, 3);
+    let ja = Job::start(&a, 3);
+    let jb = Job::start(&b, 3);
     let (ra, rb) = (ja.finish(v.label), jb.finish(v.label));
     let st = proxy.stats(&a.table);
     let (throttled, requests) = proxy_rate(&st);
@@ -483,13 +309,12 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     // counters at the first job's end.
     let until = ra.wall_s.min(rb.wall_s) - 1.0;
     let at = |trace: &Value| -> f64 {
-        let rows: Vec<Vec<[Option<f64>; 4]>> =
-            serde_json::from_value(trace.clone()).unwrap_or_default();
-        rows.iter()
+        trace_rows(trace)
+            .iter()
             .map(|w| {
                 w.iter()
-                    .filter(|r| r[0].is_some_and(|t| t <= until))
-                    .filter_map(|r| r[2])
+                    .filter(|r| r[col::T].is_some_and(|t| t <= until))
+                    .filter_map(|r| r[col::WCU])
                     .next_back()
                     .unwrap_or(0.0)
             })
@@ -534,7 +359,7 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     configure(&s, v, "");
     let (batch, total_wcu) = mixed(n, &format!("s{run}"));
     produce(&s.topic, batch).await;
-    let job = start_job(&s, workers).finish(v.label);
+    let job = Job::start(&s, workers).finish(v.label);
     assert_eq!(count(&dynamo().await, &s.table).await, n, "{}", v.label);
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
@@ -543,12 +368,11 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     // their start: the first second with accepted WCU, on the trace's clock,
     // is about when the first worker's first write went.
     let first_write_on_trace = {
-        let rows: Vec<Vec<[Option<f64>; 4]>> =
-            serde_json::from_value(job.trace.clone()).unwrap_or_default();
-        rows.iter()
-            .flat_map(|w| w.iter())
-            .filter(|r| r[2].is_some_and(|w| w > 0.0))
-            .filter_map(|r| r[0])
+        trace_rows(&job.trace)
+            .iter()
+            .flatten()
+            .filter(|r| r[col::WCU].is_some_and(|w| w > 0.0))
+            .filter_map(|r| r[col::T])
             .fold(f64::INFINITY, f64::min)
     };
     // The last seconds, as the job drains, are not a phase's steady state.
@@ -568,7 +392,6 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
                 "accepted_reached_after_s": reach_after(&t, from, to, cap),
                 "pacing_reached_after_s": pacing_reach_after(&job.trace, at_trace, until_trace, cap),
                 "accepted_settled_after_s": settle_after(&t, from, to, cap),
-                "pacing_settled_after_s": pacing_settle_after(&job.trace, at_trace, until_trace, cap),
                 "utilization": accepted / (cap * (to - from).max(1) as f64),
             })
         })
@@ -794,6 +617,7 @@ async fn main() {
     let wants = |name: &str| scenario.as_ref().is_none_or(|s| name.contains(s.as_str()));
     let variants: Vec<&Variant> = VARIANTS
         .iter()
+        .filter(|v| compared(v))
         .filter(|v| only.as_ref().is_none_or(|o| v.label.contains(o.as_str())))
         .collect();
     // The default first, so its rows come early in a long run.

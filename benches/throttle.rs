@@ -14,77 +14,14 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-
-use std::time::{Duration, Instant};
+#[path = "support/mod.rs"]
+mod support;
 
 use common::*;
 use serde_json::{json, Value};
+use support::{configure, default_variant, Job, Variant, VARIANTS};
 
 const CAPACITY: f64 = 200.0;
-
-struct Variant {
-    label: &'static str,
-    strategy: &'static str,
-    sdk: &'static str,
-}
-
-const VARIANTS: &[Variant] = &[
-    Variant {
-        label: "AWS SDK standard retry",
-        strategy: r#"{ name = "naive" }"#,
-        sdk: "standard",
-    },
-    Variant {
-        label: "AWS SDK adaptive retry",
-        strategy: r#"{ name = "naive" }"#,
-        sdk: "adaptive",
-    },
-    Variant {
-        label: "naive immediate retry",
-        strategy: r#"{ name = "naive" }"#,
-        sdk: "off",
-    },
-    Variant {
-        label: "exponential backoff",
-        strategy: r#"{ name = "exponential" }"#,
-        sdk: "off",
-    },
-    Variant {
-        label: "seed AutoSleeper (defaults)",
-        strategy: r#"{ name = "autosleeper" }"#,
-        sdk: "off",
-    },
-    Variant {
-        label: "Heroku proportional-remaining",
-        // min sleep = one batch's cost at capacity: 25 WCU / 200 WCU/s.
-        strategy: r#"{ name = "heroku-proportional-remaining", min_sleep_s = 0.125 }"#,
-        sdk: "off",
-    },
-    Variant {
-        label: "adaptive (default)",
-        strategy: r#"{ name = "adaptive" }"#,
-        sdk: "off",
-    },
-];
-
-/// Mixed sizes: 1 WCU mostly, 2 WCU every 5th record, 5 WCU every 20th.
-fn workload(n: usize, run: usize) -> (Vec<(String, Option<String>)>, f64) {
-    let mut wcu = 0.0;
-    let records = (0..n)
-        .map(|i| {
-            let (pad, cost) = match i {
-                _ if i % 20 == 0 => (4_500, 5.0),
-                _ if i % 5 == 0 => (1_500, 2.0),
-                _ => (100, 1.0),
-            };
-            wcu += cost;
-            let id = format!("r{run}-{i:06}");
-            let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"}}"#, "x".repeat(pad));
-            (id, Some(v))
-        })
-        .collect();
-    (records, wcu)
-}
 
 /// One run: returns the measured row.
 async fn run(
@@ -100,40 +37,18 @@ async fn run(
         .unwrap_or_default();
     let proxy = ThrottleProxy::start(&args);
     s.use_endpoint(&proxy.endpoint());
-    s.append_config(&format!(
-        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\ncapacity_poll_s = 5\n",
-        variant.strategy, variant.sdk
-    ));
-    let text = std::fs::read_to_string(&s.config)
-        .unwrap()
-        .replace("level = \"info\"", "level = \"warn\"");
-    std::fs::write(&s.config, text).unwrap();
-    let (batch, total_wcu) = workload(records, run_no);
+    configure(&s, variant, "");
+    let (batch, total_wcu) = mixed_sizes_keyed(records, &format!("r{run_no}-"));
+    let total_wcu = total_wcu as f64;
     produce(&s.topic, batch).await;
 
-    let started = Instant::now();
-    let ports: Vec<String> = (0..workers)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
-    let running: Vec<Worker> = ports
+    let job = Job::start(&s, workers).finish(variant.label);
+    let max_sleep = job
+        .summaries
         .iter()
-        .map(|addr| s.spawn_with_env(true, &[("INGEST__OPS__LISTEN", addr)]))
-        .collect();
-    let trace = sample_workers(ports, s.table.clone());
-    let mut max_sleep: f64 = 0.0;
-    let mut written = 0;
-    for w in running {
-        let (code, summary) = w.wait(Duration::from_secs(1800));
-        let summary = summary.unwrap_or_else(|| panic!("{}: no summary", variant.label));
-        assert_eq!(code, Some(0), "{}: {summary}", variant.label);
-        written += summary["items_written"].as_u64().unwrap();
-        if let Some(m) = summary["tables"][0]["max_sleep_s"].as_f64() {
-            max_sleep = max_sleep.max(m);
-        }
-    }
-    let wall = started.elapsed().as_secs_f64();
-    trace.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    let worker_trace = trace.1.join().unwrap();
+        .filter_map(|s| s["tables"][0]["max_sleep_s"].as_f64())
+        .fold(0.0, f64::max);
+    let (written, wall, worker_trace) = (job.items_written, job.wall_s, job.trace);
     let present = count(&dynamo().await, &s.table).await;
     assert_eq!(present, records, "{}: every record written", variant.label);
     let st = proxy.stats(&s.table);
@@ -169,42 +84,6 @@ async fn run(
     row["worker_trace"] = worker_trace;
     eprintln!("{}", summary_line(&row));
     row
-}
-
-/// Samples each worker's `/metrics` every second until told to stop: per
-/// worker, `[t, pacing rate, share, capacity, throttled requests]` rows.
-fn sample_workers(
-    ports: Vec<String>,
-    table: String,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<Value>,
-) {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let done = stop.clone();
-    let handle = std::thread::spawn(move || {
-        let t0 = Instant::now();
-        let mut rows: Vec<Vec<Value>> = vec![Vec::new(); ports.len()];
-        let label = format!("{{table=\"{table}\"}}");
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
-            for (i, addr) in ports.iter().enumerate() {
-                let Ok((200, text)) = http_get(addr, "/metrics") else {
-                    continue;
-                };
-                let get = |m: &str| sample(&text, &format!("{m}{label}"));
-                rows[i].push(json!([
-                    (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-                    get("ingest_pacing_rate_wcu"),
-                    get("ingest_capacity_share"),
-                    get("ingest_capacity_wcu"),
-                    get("ingest_throttled_requests_total"),
-                ]));
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        json!(rows)
-    });
-    (stop, handle)
 }
 
 /// Seconds after each capacity step until the 3 s rolling accepted rate stays
@@ -327,8 +206,11 @@ async fn main() {
         }
     }
     let mut steps = Vec::new();
-    let default = VARIANTS.last().unwrap();
-    let autosleeper = &VARIANTS[4];
+    let default = default_variant();
+    let autosleeper = VARIANTS
+        .iter()
+        .find(|v| v.strategy.contains("autosleeper"))
+        .expect("the seed AutoSleeper");
     for (v, workers) in [(default, 1), (default, 3), (autosleeper, 1)] {
         if only.as_ref().is_some_and(|o| !v.label.contains(o.as_str())) {
             continue;

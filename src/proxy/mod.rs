@@ -256,21 +256,9 @@ impl Proxy {
             .cfg
             .partitions
             .map(|n| Partitions::new(n, self.cfg.partition_wcu, self.cfg.burst_s, now));
-        let state = TableState {
-            bucket: wcu.map(|w| Bucket::new(w, self.cfg.burst_s, self.cfg.credit_s, now)),
-            stats: TableStats::default(),
-            first_write: None,
-            last_accept: None,
-            rates: wcu
-                .or(on_demand.as_ref().map(OnDemand::limit))
-                .map(|w| vec![(now, w)])
-                .unwrap_or_default(),
-            initial_tokens: 0.0,
-            next_step: 0,
-            partitions,
-            hash_key: info.ok().map(|i| i.key.hash.name),
-            on_demand,
-        };
+        let bucket = wcu.map(|w| Bucket::new(w, self.cfg.burst_s, self.cfg.credit_s, now));
+        let hash_key = info.ok().map(|i| i.key.hash.name);
+        let state = TableState::new(bucket, on_demand, partitions, hash_key, now);
         self.tables.lock().entry(table.to_string()).or_insert(state);
     }
 

@@ -55,6 +55,33 @@ pub(super) struct TableState {
 }
 
 impl TableState {
+    /// A table's state before its first write: limited by its `bucket`
+    /// (provisioned) or its `on_demand` model, and its `partitions`.
+    pub(super) fn new(
+        bucket: Option<Bucket>,
+        on_demand: Option<OnDemand>,
+        partitions: Option<Partitions>,
+        hash_key: Option<String>,
+        now: Duration,
+    ) -> Self {
+        let limit = bucket
+            .as_ref()
+            .map(Bucket::rate)
+            .or(on_demand.as_ref().map(OnDemand::limit));
+        Self {
+            bucket,
+            stats: TableStats::default(),
+            first_write: None,
+            last_accept: None,
+            rates: limit.map(|w| vec![(now, w)]).unwrap_or_default(),
+            initial_tokens: 0.0,
+            next_step: 0,
+            partitions,
+            hash_key,
+            on_demand,
+        }
+    }
+
     /// Takes a write request's `cost` from the table's bucket, then from its
     /// partition's (giving the table's back if the partition refuses).
     pub(super) fn admit(&mut self, req: &Value, cost: f64, now: Duration) -> Admit {
@@ -103,17 +130,31 @@ impl TableState {
     /// What the admin capacity call sets: an on-demand table's maximum (says
     /// true), else the provisioned capacity.
     pub(super) fn set_limit(&mut self, wcu: f64, now: Duration) -> bool {
-        match self.on_demand.as_mut() {
-            Some(od) => {
-                od.set_max(Some(wcu), now);
-                let limit = od.limit();
-                self.rates.push((now, limit));
-                true
-            }
-            None => {
-                set_rate(self, wcu, now);
-                false
-            }
+        if self.on_demand.is_some() {
+            self.set_max(Some(wcu), now);
+            true
+        } else {
+            self.set_capacity(wcu, now);
+            false
+        }
+    }
+
+    /// A provisioned capacity: the bucket's rate (a new bucket if there was
+    /// none).
+    fn set_capacity(&mut self, wcu: f64, now: Duration) {
+        match self.bucket.as_mut() {
+            Some(b) => b.set_rate(wcu, now),
+            None => self.bucket = Some(Bucket::new(wcu, 1.0, 0.0, now)),
+        }
+        self.rates.push((now, wcu));
+    }
+
+    /// An on-demand table's maximum (None: none).
+    fn set_max(&mut self, max: Option<f64>, now: Duration) {
+        if let Some(od) = self.on_demand.as_mut() {
+            od.set_max(max, now);
+            let limit = od.limit();
+            self.rates.push((now, limit));
         }
     }
 
@@ -140,17 +181,12 @@ impl TableState {
     /// provisioned capacity replaces any on-demand model with a bucket (a
     /// switch of billing mode), an on-demand table's maximum moves.
     pub(super) fn follow(&mut self, capacity: Option<f64>, max_write: Option<f64>, now: Duration) {
-        match (capacity, self.on_demand.as_mut()) {
-            (Some(wcu), _) => {
+        match capacity {
+            Some(wcu) => {
                 self.on_demand = None;
-                set_rate(self, wcu, now);
+                self.set_capacity(wcu, now);
             }
-            (None, Some(od)) => {
-                od.set_max(max_write, now);
-                let limit = od.limit();
-                self.rates.push((now, limit));
-            }
-            (None, None) => {}
+            None => self.set_max(max_write, now),
         }
     }
 
@@ -193,14 +229,6 @@ impl TableState {
     }
 }
 
-pub(super) fn set_rate(st: &mut TableState, wcu: f64, now: Duration) {
-    match st.bucket.as_mut() {
-        Some(b) => b.set_rate(wcu, now),
-        None => st.bucket = Some(Bucket::new(wcu, 1.0, 0.0, now)),
-    }
-    st.rates.push((now, wcu));
-}
-
 pub(super) fn count_for(withheld: &serde_json::Map<String, Value>, table: &str) -> u64 {
     withheld
         .get(table)
@@ -213,20 +241,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// An on-demand table with a maximum, first written at 0.
     fn on_demand(max: f64) -> TableState {
         let t0 = Duration::ZERO;
-        TableState {
-            bucket: None,
-            stats: TableStats::default(),
-            first_write: Some(t0),
-            last_accept: None,
-            rates: Vec::new(),
-            initial_tokens: 0.0,
-            next_step: 0,
-            partitions: None,
-            hash_key: Some("id".into()),
-            on_demand: Some(OnDemand::new(4_000.0, Some(max), 1_800.0, t0)),
-        }
+        let od = OnDemand::new(4_000.0, Some(max), 1_800.0, t0);
+        let mut st = TableState::new(None, Some(od), None, Some("id".into()), t0);
+        st.first_write = Some(t0);
+        st
     }
 
     #[test]
@@ -251,6 +272,16 @@ mod tests {
     }
 
     #[test]
+    fn an_on_demand_tables_offered_capacity_follows_its_maximum() {
+        let s = Duration::from_secs_f64;
+        let mut st = on_demand(100.0);
+        st.due_steps(&[(1.0, 300.0)], s(1.0));
+        st.last_accept = Some(s(3.0));
+        // 100 for a second, then 300 for two (before, nothing was offered).
+        assert!((st.offered() - 700.0).abs() < 1e-9, "{}", st.offered());
+    }
+
+    #[test]
     fn an_update_table_through_the_proxy_is_followed_by_billing_mode() {
         let s = Duration::from_secs_f64;
         let mut st = on_demand(100.0);
@@ -265,18 +296,13 @@ mod tests {
     #[test]
     fn a_refund_gives_room_back_to_the_partition_too() {
         let t0 = Duration::ZERO;
-        let mut st = TableState {
-            bucket: Some(Bucket::new(100.0, 1.0, 0.0, t0)),
-            stats: TableStats::default(),
-            first_write: None,
-            last_accept: None,
-            rates: Vec::new(),
-            initial_tokens: 0.0,
-            next_step: 0,
-            partitions: Some(Partitions::new(1, 2.0, 1.0, t0)),
-            hash_key: Some("id".into()),
-            on_demand: None,
-        };
+        let mut st = TableState::new(
+            Some(Bucket::new(100.0, 1.0, 0.0, t0)),
+            None,
+            Some(Partitions::new(1, 2.0, 1.0, t0)),
+            Some("id".into()),
+            t0,
+        );
         let req = json!({"PutRequest": {"Item": {"id": {"S": "a"}}}});
         assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);
         assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);

@@ -222,10 +222,9 @@ impl<'a> Run<'a> {
             let mean_units = c.cost.mean().ceil() * c.items as f64;
             strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
         }
-        let share = c.know_share.then(|| {
-            let g = sc.group_of(i);
-            1.0 / (0..c.count).filter(|&j| sc.group_of(j) == g).count() as f64
-        });
+        let share = c
+            .know_share
+            .then(|| 1.0 / sc.group_size(sc.group_of(i)) as f64);
         if c.know_capacity {
             let refill = Some(self.server.refill()).filter(|r| *r > 0.0);
             strategy.hint(refill, share);

@@ -302,14 +302,9 @@ impl Scenario {
             ));
         }
         if sv.model != Model::TokenBucket && sv.refill_per_s <= 0.0 {
-            return bad(format!(
-                "server.refill_per_s: must be > 0 for model = \"{}\"",
-                if sv.model == Model::Dynamodb {
-                    "dynamodb"
-                } else {
-                    "on-demand"
-                }
-            ));
+            return bad(
+                "server.refill_per_s: must be > 0 for the dynamodb and on-demand models".into(),
+            );
         }
         if !(positive(sv.on_demand_start) && non_negative(sv.on_demand_scale_s)) {
             return bad(format!(
@@ -425,6 +420,12 @@ impl Scenario {
         i % self.clients.groups
     }
 
+    /// How many clients job `g` has.
+    pub fn group_size(&self, g: usize) -> usize {
+        let c = &self.clients;
+        c.count / c.groups + usize::from(g < c.count % c.groups)
+    }
+
     /// Whether answers carry the bucket level.
     pub fn reports_remaining(&self) -> bool {
         self.server
@@ -498,6 +499,16 @@ mod tests {
             let text = MINIMAL.replacen(from, to, 1);
             let err = Scenario::parse(&text).unwrap_err().to_string();
             assert!(err.contains(want), "{to:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn jobs_take_the_clients_in_turn() {
+        let s = Scenario::parse(&MINIMAL.replace("count = 2", "count = 7\ngroups = 3")).unwrap();
+        let sizes: Vec<usize> = (0..3).map(|g| s.group_size(g)).collect();
+        assert_eq!(sizes, [3, 2, 2]);
+        for (g, size) in sizes.iter().enumerate() {
+            assert_eq!((0..7).filter(|&i| s.group_of(i) == g).count(), *size);
         }
     }
 

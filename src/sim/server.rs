@@ -212,27 +212,8 @@ impl Server {
                     (vec![false; costs.len()], 0.0)
                 }
             }
-            // Item by item, as the proxy splits a BatchWriteItem.
-            Kind::Dynamo(b) => {
-                let mask: Vec<bool> = costs.iter().map(|&c| b.try_take(c, now)).collect();
-                let units = costs
-                    .iter()
-                    .zip(&mask)
-                    .filter(|(_, ok)| **ok)
-                    .map(|(c, _)| c)
-                    .sum();
-                (mask, units)
-            }
-            Kind::OnDemand(od) => {
-                let mask: Vec<bool> = costs.iter().map(|&c| od.try_take(c, now).is_ok()).collect();
-                let units = costs
-                    .iter()
-                    .zip(&mask)
-                    .filter(|(_, ok)| **ok)
-                    .map(|(c, _)| c)
-                    .sum();
-                (mask, units)
-            }
+            Kind::Dynamo(b) => each_that_fits(costs, |c| b.try_take(c, now)),
+            Kind::OnDemand(od) => each_that_fits(costs, |c| od.try_take(c, now).is_ok()),
         };
         self.accepted += accepted_units;
         Answer {
@@ -267,6 +248,19 @@ impl Server {
         self.advance(now);
         (self.accepted, self.offered)
     }
+}
+
+/// Item by item, as the proxy splits a BatchWriteItem: which items `take`
+/// admitted, and their units.
+fn each_that_fits(costs: &[f64], mut take: impl FnMut(f64) -> bool) -> (Vec<bool>, f64) {
+    let mask: Vec<bool> = costs.iter().map(|&c| take(c)).collect();
+    let units = costs
+        .iter()
+        .zip(&mask)
+        .filter(|(_, ok)| **ok)
+        .map(|(c, _)| c)
+        .sum();
+    (mask, units)
 }
 
 #[cfg(test)]

@@ -8,15 +8,25 @@ pub async fn dynamo() -> Client {
 
 /// A client of another DynamoDB endpoint (a proxy).
 pub async fn dynamo_at(endpoint: &str) -> Client {
-    let conf = aws_sdk_dynamodb::Config::builder()
+    Client::from_conf(config_for(endpoint).build())
+}
+
+/// A client of `endpoint` whose SDK never retries (every throttle seen).
+pub fn dynamo_without_retries(endpoint: &str) -> Client {
+    let conf = config_for(endpoint)
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        .build();
+    Client::from_conf(conf)
+}
+
+fn config_for(endpoint: &str) -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
             "test", "test", None, None, "tests",
         ))
-        .build();
-    Client::from_conf(conf)
 }
 
 /// Creates an on-demand table keyed by `id` (S), optionally with a sort key

@@ -53,10 +53,16 @@ pub async fn produce(topic: &str, records: Vec<(String, Option<String>)>) -> Vec
 /// `n` records of mixed sizes, keyed "m00000"...: 1 WCU mostly, 2 WCU every
 /// 5th, 5 WCU every 20th. Returns them with their total WCU.
 pub fn mixed_sizes(n: usize) -> (Vec<(String, Option<String>)>, u64) {
+    mixed_sizes_keyed(n, "m")
+}
+
+/// [`mixed_sizes`] keyed `{prefix}00000`... (records of several runs or jobs
+/// in one table stay apart).
+pub fn mixed_sizes_keyed(n: usize, prefix: &str) -> (Vec<(String, Option<String>)>, u64) {
     let mut wcu = 0;
     let records = (0..n)
         .map(|i| {
-            let id = format!("m{i:05}");
+            let id = format!("{prefix}{i:05}");
             let (pad, cost) = if i % 20 == 0 {
                 (4_500, 5)
             } else if i % 5 == 0 {
