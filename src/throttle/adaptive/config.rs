@@ -60,11 +60,13 @@ pub struct AdaptiveConfig {
     /// (fast recovery) until this long passes without such an event, and
     /// probes as CUBIC does instead. 0 disables.
     pub settle_s: f64,
-    /// While settled, seconds to climb back to the rate of the last event
-    /// (instead of `probe_s`): the table's free capacity is known to be
-    /// about there, so it is probed more slowly.
+    /// While settled, seconds to climb back to just under the rate of the
+    /// last event (instead of `probe_s`): the table's free capacity is known
+    /// to be about there, so it is probed more slowly. The same curve, past
+    /// that rate, for `settle_max_s` after a settle ends.
     pub settle_probe_s: f64,
-    /// The longest a settle lasts (each after the first doubles).
+    /// The longest a settle lasts (each after the first doubles), and how
+    /// long after one ends the rate still probes slowly (no fast recovery).
     pub settle_max_s: f64,
     /// While settled, the multiplicative decrease on a congestion event.
     pub settle_decrease: f64,

@@ -26,12 +26,26 @@
 //!   size (smaller ones fit peers' coinciding requests better, but cost more
 //!   calls than they save below that);
 //! - after the hold, each request that used most of the limit and was fully
-//!   accepted raises it by `grow`, until no limit is left (a full batch).
+//!   accepted raises it by `grow`, until no limit is left (a full batch);
+//! - a size signal never shrinks requests below the largest request the
+//!   server admitted whole within the last `MEMORY` (it has shown it admits
+//!   that much at once: admitting less now says its bucket was low, as when
+//!   another job keeps it low, not small); while slow, below half of it
+//!   (the server's allowance may have shrunk: burst credit gone).
+//!   (Without this, two jobs on one table, each keeping the bucket low for
+//!   the other, shrank requests to a few units on the first partial answer
+//!   to a batch larger than any before, and held them there: 15x the ideal
+//!   request count in `ingest sim`'s two-jobs scenario.)
 //!
 //! So a server that admits less than a batch at a time sees one partial
 //! answer per `hold` (plus the few of the regrowth), not one per request.
 
+use std::collections::VecDeque;
 use std::time::Duration;
+
+/// How long a request admitted whole counts as proof of what the server
+/// admits at once.
+const MEMORY: Duration = Duration::from_secs(60);
 
 /// Above this, the limit is dropped (no batch costs that much: 25 items of
 /// 400 KB are 10,000 WCU).
@@ -49,6 +63,9 @@ pub struct RequestSize {
     hold_until: Duration,
     /// A size signal has been seen.
     limited: bool,
+    /// Requests admitted whole within `MEMORY`: (when, units), a sliding
+    /// maximum (each entry larger than every later one).
+    whole: VecDeque<(Duration, f64)>,
 }
 
 impl RequestSize {
@@ -60,7 +77,20 @@ impl RequestSize {
             grow,
             hold_until: Duration::ZERO,
             limited: false,
+            whole: VecDeque::new(),
         }
+    }
+
+    /// The largest request admitted whole within `MEMORY` of `now`.
+    fn recent_whole(&mut self, now: Duration) -> Option<f64> {
+        while self
+            .whole
+            .front()
+            .is_some_and(|(t, _)| now.saturating_sub(*t) > MEMORY)
+        {
+            self.whole.pop_front();
+        }
+        self.whole.front().map(|(_, u)| *u)
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -96,7 +126,10 @@ impl RequestSize {
             let probe = self.proven.is_none_or(|p| sent > p + 1e-9);
             let admitted = accepted.max(1.0);
             if probe || slow {
-                // The server admitted this much at once.
+                // The server admitted this much at once; and, unless slow,
+                // as much as it admitted whole lately.
+                let whole = self.recent_whole(now).unwrap_or(0.0);
+                let admitted = admitted.max(if slow { whole / 2.0 } else { whole });
                 self.limit = Some(admitted);
                 self.proven = Some(admitted);
                 self.limited = true;
@@ -116,6 +149,10 @@ impl RequestSize {
         }
         if accepted >= sent && sent > 0.0 {
             self.proven = Some(self.proven.map_or(sent, |p| p.max(sent)));
+            while self.whole.back().is_some_and(|(_, u)| *u <= sent) {
+                self.whole.pop_back();
+            }
+            self.whole.push_back((now, sent));
         }
         if let Some(l) = self.limit {
             if now >= self.hold_until && sent >= 0.8 * l {
@@ -198,9 +235,47 @@ mod tests {
         assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
         assert!(!s.observe(ms(500), 50.0, 3.0, true, false), "a rate signal");
         assert_eq!(s.limit(), Some(30.0), "halved at most, to half of 60");
-        // A request larger than any admitted whole is still a size probe.
+        // A request larger than any admitted whole is still a size probe,
+        // down to the 60 admitted whole lately.
         assert!(s.observe(ms(600), 80.0, 20.0, true, false));
-        assert_eq!(s.limit(), Some(20.0));
+        assert_eq!(s.limit(), Some(60.0));
+    }
+
+    #[test]
+    fn a_size_signal_keeps_what_was_admitted_whole_lately() {
+        // Another job keeps the bucket low: a batch larger than any before
+        // gets 4 of its 60 units admitted. The server admitted 50 at once
+        // 10 s ago, so requests shrink to 50, not 4.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
+        assert!(!s.observe(ms(5_000), 30.0, 30.0, false, false));
+        assert!(s.observe(ms(10_000), 60.0, 4.0, true, false));
+        assert_eq!(s.limit(), Some(50.0));
+        assert_eq!(s.admits_at_once(), Some(50.0));
+        // A minute later the 50 is forgotten; the 30 of 5 s is not.
+        assert!(s.observe(ms(61_000), 70.0, 4.0, true, false));
+        assert_eq!(s.limit(), Some(30.0));
+        // Past the memory, what was admitted is all that is proven.
+        assert!(s.observe(ms(200_000), 40.0, 4.0, true, false));
+        assert_eq!(s.limit(), Some(4.0));
+    }
+
+    #[test]
+    fn a_size_signal_while_slow_keeps_half_of_what_was_admitted_whole() {
+        // Far below its share and still partial: the server's allowance
+        // may have shrunk (burst credit gone), so requests shrink below
+        // what it admitted whole lately, but to half of it at most while
+        // that is remembered: a low bucket (another job) looks the same.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
+        assert!(s.observe(ms(1_000), 25.0, 4.0, true, true));
+        assert_eq!(s.limit(), Some(25.0));
+        assert!(s.observe(ms(2_000), 20.0, 3.0, true, true));
+        assert_eq!(s.limit(), Some(25.0), "still half of the 50");
+        // Once the 50 is forgotten, half of what was admitted since.
+        assert!(!s.observe(ms(30_000), 25.0, 25.0, false, false));
+        assert!(s.observe(ms(70_000), 20.0, 3.0, true, true));
+        assert_eq!(s.limit(), Some(12.5), "half of the 25 admitted since");
     }
 
     #[test]

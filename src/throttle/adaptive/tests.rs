@@ -249,7 +249,7 @@ fn under_a_neighbour(cfg: AdaptiveConfig, events: &[u64], probes: &[u64]) -> Vec
 fn repeated_throttles_below_the_share_settle_the_rate_under_it() {
     let fair = 200.0 / 3.0 * 0.98;
     let events = [3_000, 12_000];
-    let probes = [30_000, 40_000, 60_000];
+    let probes = [30_000, 40_000, 60_000, 250_000];
     // Without the rule, the rate is back at the share 18 s after the event.
     let free = AdaptiveConfig {
         settle_s: 0.0,
@@ -258,12 +258,14 @@ fn repeated_throttles_below_the_share_settle_the_rate_under_it() {
     let r = under_a_neighbour(free, &events, &probes);
     assert!((r[0] - fair).abs() < 0.01, "{r:?}");
     // Settled: it stays under the level of the events (50 units/s) for
-    // settle_s (30 s) after the last one, and probes slowly from there...
+    // settle_s (30 s) after the last one...
     let r = under_a_neighbour(AdaptiveConfig::default(), &events, &probes);
     assert!(r[0] < 50.0 && r[1] < 50.0, "{r:?}");
-    // ...and after settle_s without a throttle (the other writer left),
-    // climbs back to the share as fast as before.
-    assert!((r[2] - fair).abs() < 0.01, "{r:?}");
+    // ...and after it, no fast recovery: it probes from that level over
+    // settle_probe_s (90 s), so a writer that stays is met rarely, and one
+    // that left is found again within a few minutes.
+    assert!(r[2] < 55.0, "{r:?}");
+    assert!((r[3] - fair).abs() < 0.01, "{r:?}");
     // One event is a transient: fast recovery as before.
     let r = under_a_neighbour(AdaptiveConfig::default(), &events[..1], &probes);
     assert!((r[0] - fair).abs() < 0.01, "{r:?}");
