@@ -24,7 +24,8 @@
 //! - [`budget`]: the most the job may write to a table (a ceiling the
 //!   control applies over any strategy).
 //! - [`window`]: the accepted rate over a sliding window, shared by the
-//!   adaptive controller, the per-table control and the simulator.
+//!   adaptive controller, the per-table control and the simulator; and the
+//!   largest request admitted whole lately, for the request size.
 
 pub mod adaptive;
 pub mod autosleeper;

@@ -40,8 +40,9 @@
 //! So a server that admits less than a batch at a time sees one partial
 //! answer per `hold` (plus the few of the regrowth), not one per request.
 
-use std::collections::VecDeque;
 use std::time::Duration;
+
+use crate::throttle::window::MaxWindow;
 
 /// How long a request admitted whole counts as proof of what the server
 /// admits at once.
@@ -63,9 +64,8 @@ pub struct RequestSize {
     hold_until: Duration,
     /// A size signal has been seen.
     limited: bool,
-    /// Requests admitted whole within `MEMORY`: (when, units), a sliding
-    /// maximum (each entry larger than every later one).
-    whole: VecDeque<(Duration, f64)>,
+    /// The largest request admitted whole within `MEMORY`.
+    whole: MaxWindow,
 }
 
 impl RequestSize {
@@ -77,20 +77,8 @@ impl RequestSize {
             grow,
             hold_until: Duration::ZERO,
             limited: false,
-            whole: VecDeque::new(),
+            whole: MaxWindow::new(MEMORY),
         }
-    }
-
-    /// The largest request admitted whole within `MEMORY` of `now`.
-    fn recent_whole(&mut self, now: Duration) -> Option<f64> {
-        while self
-            .whole
-            .front()
-            .is_some_and(|(t, _)| now.saturating_sub(*t) > MEMORY)
-        {
-            self.whole.pop_front();
-        }
-        self.whole.front().map(|(_, u)| *u)
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -128,7 +116,7 @@ impl RequestSize {
             if probe || slow {
                 // The server admitted this much at once; and, unless slow,
                 // as much as it admitted whole lately.
-                let whole = self.recent_whole(now).unwrap_or(0.0);
+                let whole = self.whole.max(now).unwrap_or(0.0);
                 let admitted = admitted.max(if slow { whole / 2.0 } else { whole });
                 self.limit = Some(admitted);
                 self.proven = Some(admitted);
@@ -149,10 +137,7 @@ impl RequestSize {
         }
         if accepted >= sent && sent > 0.0 {
             self.proven = Some(self.proven.map_or(sent, |p| p.max(sent)));
-            while self.whole.back().is_some_and(|(_, u)| *u <= sent) {
-                self.whole.pop_back();
-            }
-            self.whole.push_back((now, sent));
+            self.whole.add(now, sent);
         }
         if let Some(l) = self.limit {
             if now >= self.hold_until && sent >= 0.8 * l {
