@@ -63,10 +63,9 @@ pub struct AdaptiveConfig {
     /// While settled, seconds to climb back to just under the rate of the
     /// last event (instead of `probe_s`): the table's free capacity is known
     /// to be about there, so it is probed more slowly. The same curve, past
-    /// that rate, for `settle_max_s` after a settle ends.
+    /// that rate, for as long again after a settle ends.
     pub settle_probe_s: f64,
-    /// The longest a settle lasts (each after the first doubles), and how
-    /// long after one ends the rate still probes slowly (no fast recovery).
+    /// The longest a settle lasts (each after the first doubles).
     pub settle_max_s: f64,
     /// While settled, the multiplicative decrease on a congestion event.
     pub settle_decrease: f64,

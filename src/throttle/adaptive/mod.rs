@@ -40,18 +40,18 @@
 //!   `settle_decrease`, so the table's bucket (which the other writer keeps
 //!   low) fills again. Each settle after the first lasts twice as long, up
 //!   to `settle_max_s`: a writer that stays teaches the controller to stay
-//!   under it. For `settle_max_s` after a settle ends there is still no fast
-//!   recovery: the rate probes as CUBIC does over `settle_probe_s`, so a
-//!   writer that stays is met once a minute or two rather than every few
-//!   seconds, and one that left is found again within a few minutes.
-//!   (`ingest sim`, neighbour.toml, seeds 1, 3, 5: 1.6-1.8% throttled
-//!   instead of 2.1-2.6% at the same utilization; two-jobs: 1.6-3.4x the
-//!   ideal request count instead of 15x. The price, on a 0.25 s bucket with
-//!   the same neighbour, where coinciding requests throttle below the share
-//!   too: 67-71% of the free capacity instead of 86-99%.) Not when the server has
-//!   shown it admits less than a quarter second of the share at once: there
-//!   throttles below the share are requests meeting peers' in a shallow
-//!   bucket, which fast recovery handles better.
+//!   under it. Not when the server has shown it admits less than a quarter
+//!   second of the share at once: there throttles below the share are
+//!   requests meeting peers' in a shallow bucket, which fast recovery
+//!   handles better. For as long again after a settle ends there is still no
+//!   fast recovery: the rate probes as CUBIC does over `settle_probe_s`, so
+//!   a writer that stays is met less often, and one that left is found again
+//!   within minutes. (`ingest sim`, seeds 1, 3, 5: neighbour.toml 2.0-2.2%
+//!   throttled instead of 1.7-2.6% at the same utilization; two-jobs 2.1-2.4x
+//!   the ideal request count on two seeds, 12x on one, instead of 15x. A
+//!   memory of `settle_max_s` instead throttled less under a steady neighbour
+//!   (1.6-1.8%) but left an on-demand table that is still ramping up at
+//!   70-80% utilization instead of 95-96%.)
 //! - **Hard ceilings.** A throttle that names an account limit or the
 //!   table's on-demand maximum (`ceiling`) caps the rate at
 //!   `target_fraction` x the rate the server accepted then, for
@@ -271,12 +271,11 @@ impl Adaptive {
         self.last_below = Some(now);
     }
 
-    /// Whether a settle ended less than `settle_max_s` before `at` (or
-    /// still holds): the table has shown it has less free than the share,
+    /// Whether a settle ended less than its length (`settle_for`) before
+    /// `at` (or still holds): the table has shown it has less free than the share,
     /// so the rate probes back up rather than returning to the share.
     fn learned(&self, at: Duration) -> bool {
-        let memory = Duration::from_secs_f64(self.cfg.settle_max_s);
-        self.settled_until.is_some_and(|u| at < u + memory)
+        self.settled_until.is_some_and(|u| at < u + self.settle_for)
     }
 
     /// Whether the rate is settled at `at` (see the module doc).
@@ -395,9 +394,10 @@ impl Strategy for Adaptive {
         } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
             let settled = self.settled(fb.now);
+            let learned = self.learned(fb.now);
             self.rate = match (self.w_max, since, fair) {
                 // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
-                (_, _, Some(f)) if self.rate < f && !self.learned(fb.now) => {
+                (_, _, Some(f)) if self.rate < f && !learned => {
                     let step = f * (1.0 - self.cfg.decrease) / self.cfg.fast_recovery_s;
                     (self.rate + step * dt).min(f)
                 }
@@ -408,7 +408,7 @@ impl Strategy for Adaptive {
                     // past it.
                     let (k, w) = if settled {
                         (self.cfg.settle_probe_s, w * self.cfg.target_fraction)
-                    } else if self.learned(fb.now) {
+                    } else if learned {
                         (self.cfg.settle_probe_s, w)
                     } else {
                         (self.cfg.probe_s, w)
