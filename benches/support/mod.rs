@@ -90,6 +90,8 @@ pub mod col {
     pub const CAPACITY: usize = 3;
     pub const THROTTLED: usize = 4;
     pub const WCU: usize = 5;
+    pub const HOT_RATE: usize = 6;
+    pub const HOT_KEYS: usize = 7;
 }
 
 /// One job: a setup's running workers, their `/metrics` sampled every
@@ -110,7 +112,8 @@ pub struct JobResult {
     pub items_written: u64,
     pub wall_s: f64,
     /// Per worker, rows of [`col`]: `[t (s since the job started), pacing
-    /// rate, share, capacity, throttled requests, WCU consumed]`.
+    /// rate, share, capacity, throttled requests, WCU consumed, hot range's
+    /// rate, hot keys]`.
     pub trace: Value,
 }
 
@@ -143,6 +146,8 @@ impl Job {
                         get("ingest_capacity_wcu"),
                         get("ingest_throttled_requests_total"),
                         get("ingest_wcu_consumed_total"),
+                        get("ingest_hot_rate_wcu"),
+                        get("ingest_hot_keys"),
                     ]));
                 }
                 std::thread::sleep(Duration::from_secs(1));
@@ -189,6 +194,6 @@ impl Job {
 }
 
 /// A trace's rows, per worker (see [`col`]).
-pub fn trace_rows(trace: &Value) -> Vec<Vec<[Option<f64>; 6]>> {
+pub fn trace_rows(trace: &Value) -> Vec<Vec<[Option<f64>; 8]>> {
     serde_json::from_value(trace.clone()).unwrap_or_default()
 }

@@ -34,6 +34,9 @@ pub struct TableStats {
     /// Per second since the first write: [second, accepted WCU, throttled
     /// requests (400 or partial), capacity in force].
     pub timeline: Vec<[f64; 4]>,
+    /// With `--partitions`: per second since the first write, the units
+    /// each partition admitted (a request upstream then failed included).
+    pub partition_timeline: Vec<Vec<f64>>,
 }
 
 #[derive(Debug)]
@@ -100,6 +103,14 @@ impl TableState {
         };
         let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
         if parts.try_take(p, cost, now) {
+            let count = parts.count();
+            let start = self.first_write.unwrap_or(now);
+            let i = now.saturating_sub(start).as_secs() as usize;
+            let t = &mut self.stats.partition_timeline;
+            if t.len() <= i {
+                t.resize(i + 1, vec![0.0; count]);
+            }
+            t[i][p] += cost;
             return Admit::Yes;
         }
         self.refund_table(cost);
@@ -310,5 +321,30 @@ mod tests {
         // Upstream failed one of them: its partition has room again.
         st.refund(&req, 1.0);
         assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);
+    }
+
+    #[test]
+    fn each_partitions_admitted_units_are_counted_per_second() {
+        let s = Duration::from_secs_f64;
+        let mut st = TableState::new(
+            Some(Bucket::new(100.0, 1.0, 0.0, s(0.0))),
+            None,
+            Some(Partitions::new(2, 3.0, 1.0, s(0.0))),
+            Some("id".into()),
+            s(0.0),
+        );
+        st.first_write = Some(s(0.0));
+        let req = json!({"PutRequest": {"Item": {"id": {"S": "a"}}}});
+        let p = st.partitions.as_ref().unwrap().of("{\"S\":\"a\"}");
+        for _ in 0..5 {
+            st.admit(&req, 1.0, s(0.5)); // 3 fit: the partition's second
+        }
+        st.admit(&req, 2.0, s(2.2));
+        let t = &st.stats.partition_timeline;
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0][p], 3.0);
+        assert_eq!(t[0][1 - p], 0.0);
+        assert_eq!(t[1], vec![0.0, 0.0], "nothing admitted then");
+        assert_eq!(t[2][p], 2.0);
     }
 }
