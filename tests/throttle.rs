@@ -452,6 +452,39 @@ async fn an_on_demand_maximum_is_read_paced_to_and_followed_when_raised() {
     );
 }
 
+/// An on-demand table without a maximum, warm for 300 write units/s (the
+/// proxy's `--on-demand-start 300`: a new table that sustains 300, its
+/// `WarmThroughput` says so): the worker reads it (and starts its pacing at
+/// its share of it rather than slow-starting from `start_rate`, see the
+/// adaptive unit tests), and nothing is lost. Not asserted: how often it is
+/// throttled. The proxy answers a write past twice the previous peak with a
+/// key-range reason, which the worker reads as hot keys, not as the table's
+/// limit: 31-40% of the requests were throttled here, with the warm start and
+/// without it (README, "DynamoDB's other shapes").
+#[tokio::test(flavor = "multi_thread")]
+async fn an_on_demand_tables_warm_throughput_is_read_and_paced_from() {
+    let s = Setup::build(4, "", None).await;
+    let proxy = ThrottleProxy::start(&["--on-demand-start", "300"]);
+    s.use_endpoint(&proxy.endpoint());
+    let (records, total_wcu) = mixed_sizes(2_000);
+    produce(&s.topic, records).await;
+    let started = Instant::now();
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 2_000);
+    assert_eq!(s.committed(), s.end_offsets());
+    let (requests, throttled) = (u(&summary, "requests"), u(&summary, "throttled_requests"));
+    let table = &summary["tables"][0];
+    eprintln!(
+        "on-demand, warm for 300 WRU/s, {total_wcu} WCU: {elapsed:.1} s, {requests} requests, \
+         {throttled} throttled, table {table}"
+    );
+    assert_eq!(table["warm"].as_f64(), Some(300.0), "read: {table}");
+    assert_eq!(table["capacity"], Value::Null, "no maximum, no capacity");
+}
+
 /// A DescribeTable through the proxy (every worker sends one at start) does
 /// not start a provisioned table's bucket: burst credit banks from the first
 /// write, as the benches' "starting empty" says. Before, the state made for

@@ -180,10 +180,16 @@ impl Dynamo {
             .and_then(|o| o.max_write_request_units())
             .filter(|m| *m > 0)
             .map(|m| m as f64);
+        let warm = desc
+            .warm_throughput()
+            .and_then(|w| w.write_units_per_second())
+            .filter(|w| *w > 0)
+            .map(|w| w as f64);
         Ok(TableInfo {
             key: schema,
             capacity,
             max_write,
+            warm,
         })
     }
 

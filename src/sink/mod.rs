@@ -101,13 +101,15 @@ pub struct BatchOutcome {
 }
 
 /// A table as DescribeTable shows it: its key and provisioned write capacity
-/// (None for on-demand tables), and an on-demand table's
-/// `MaxWriteRequestUnits` (None: no maximum set).
+/// (None for on-demand tables), an on-demand table's `MaxWriteRequestUnits`
+/// (None: no maximum set) and its `WarmThroughput.WriteUnitsPerSecond` (what
+/// it is ready to take at once; None: not reported).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableInfo {
     pub key: KeySchema,
     pub capacity: Option<f64>,
     pub max_write: Option<f64>,
+    pub warm: Option<f64>,
 }
 
 impl TableInfo {

@@ -104,6 +104,7 @@ pub async fn resolve_routes(
                     .with_hot_keys(th.hot_keys)
                     .with_latency(exporter.map(|e| e.latency(table)));
                 control.set_capacity(info.limit());
+                control.set_warm(info.warm);
                 let t = Arc::new(Table {
                     name: table.as_str().into(),
                     schema: info.key,
@@ -271,6 +272,7 @@ pub fn poll_capacity(
                         live.dynamo_ok();
                         if follow {
                             t.control.set_capacity(info.limit());
+                            t.control.set_warm(info.warm);
                         }
                     }
                     Err(e) => {
@@ -351,6 +353,7 @@ mod tests {
                 key,
                 capacity: Some(100.0),
                 max_write: None,
+                warm: None,
             },
         );
         // Unavailable for 5 s, then back: found.

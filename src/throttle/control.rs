@@ -34,6 +34,8 @@ pub struct Control {
     /// The most the job may write to the table (see [`Budget`]).
     budget: Budget,
     capacity: Mutex<Option<f64>>,
+    /// The table's warm throughput, where no capacity is known.
+    warm: Mutex<Option<f64>>,
     /// This worker's share of the table (by the backlog of the partitions
     /// feeding it; see `source::Assignment::share`).
     share: Mutex<Option<f64>>,
@@ -69,6 +71,9 @@ pub struct ControlReport {
     /// Keys a key range refused, paced apart, and their rate (units/s).
     pub hot_keys: usize,
     pub hot_rate: Option<f64>,
+    /// The table's warm throughput, units/s, where no capacity is known (an
+    /// on-demand table without a maximum): where pacing started from.
+    pub warm: Option<f64>,
     pub slept_s: f64,
     pub max_sleep_s: f64,
     pub metrics: Metrics,
@@ -83,6 +88,7 @@ impl Control {
             fixed_rate,
             budget: Budget::default(),
             capacity: Mutex::new(None),
+            warm: Mutex::new(None),
             share: Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
             accepted: Mutex::new(AcceptedWindow::new(REMAINING_WINDOW)),
@@ -178,6 +184,19 @@ impl Control {
     pub fn set_capacity(&self, capacity: Option<f64>) {
         *self.capacity.lock() = capacity.filter(|c| *c > 0.0);
         self.hint();
+    }
+
+    /// The table's warm throughput (DescribeTable's `WarmThroughput`), told
+    /// to the strategy where no capacity is known (see [`Strategy::warm`]).
+    pub fn set_warm(&self, warm: Option<f64>) {
+        let warm = warm.filter(|w| *w > 0.0 && self.capacity.lock().is_none());
+        *self.warm.lock() = warm;
+        let size = {
+            let mut s = self.strategy.lock();
+            s.warm(warm);
+            s.max_request_units()
+        };
+        self.steer(size);
     }
 
     /// This worker's share of the table's capacity (None: unknown).
@@ -310,6 +329,7 @@ impl Control {
             share: *self.share.lock(),
             hot_keys,
             hot_rate,
+            warm: *self.warm.lock(),
             slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,
             metrics: s.metrics(),

@@ -124,6 +124,12 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// group's partitions in the worker; the scenario in the simulator).
     fn hint(&mut self, _capacity: Option<f64>, _share: Option<f64>) {}
 
+    /// What an on-demand table is ready to take at once, units per second
+    /// (DescribeTable's `WarmThroughput`; None: not reported). A starting
+    /// point where no capacity is known, not a limit: the table scales past
+    /// it.
+    fn warm(&mut self, _units_per_s: Option<f64>) {}
+
     /// The throttle about to be reported named a hard ceiling: an account
     /// limit or a table's on-demand maximum, which probing cannot move.
     /// Strategies that probe stop probing past it.

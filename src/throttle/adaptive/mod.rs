@@ -58,7 +58,10 @@
 //!   `settle_max_s` or until the capacity or share changes: probing cannot
 //!   move such a limit, only meet it again.
 //! - **Slow start.** Before the first congestion event, with no capacity known
-//!   (on-demand tables), the rate doubles every second while it is used.
+//!   (on-demand tables), the rate doubles every second while it is used,
+//!   from the share of the table's warm throughput (DescribeTable's
+//!   `WarmThroughput`: what it is ready to take at once) when it reports
+//!   one, else from `start_rate`.
 //! - **Never inflate when idle.** The rate grows only while the client uses most
 //!   of it (accepted >= half the rate over the window).
 //! - **Keep a cushion, when the server shows its bucket** ([`cushion`]).
@@ -141,6 +144,10 @@ pub struct Adaptive {
     ceiling: Option<(f64, Duration)>,
     /// The next throttle names a hard ceiling.
     ceiling_next: bool,
+    /// The table's warm throughput, where no capacity is known.
+    warm: Option<f64>,
+    /// The rate `warm_start` set last.
+    warm_rate: Option<f64>,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -174,6 +181,8 @@ impl Adaptive {
             settled_until: None,
             ceiling: None,
             ceiling_next: false,
+            warm: None,
+            warm_rate: None,
             rng: SmallRng::seed_from_u64(seed),
             metrics: Metrics::default(),
         }
@@ -186,6 +195,30 @@ impl Adaptive {
             Some(s) => capacity * s.min(1.0) * self.cfg.target_fraction,
             None => capacity * self.cfg.cushion_start,
         }
+    }
+
+    /// Before the first congestion event, with no capacity known (an
+    /// on-demand table without a maximum) and the share known: starts no
+    /// lower than the share (x `target_fraction`) of what the table is warm
+    /// for, rather than slow-starting from `start_rate`. A new share or warm
+    /// throughput moves a rate still where this put it (a worker told the
+    /// warm throughput before its share does not start at all of it).
+    fn warm_start(&mut self) {
+        let (Some(w), None, Some(share), None) =
+            (self.warm, self.known.0, self.known.1, self.w_max)
+        else {
+            return;
+        };
+        if share.is_nan() || share <= 0.0 {
+            return;
+        }
+        let start = (w * share.min(1.0) * self.cfg.target_fraction).min(self.cfg.max_rate);
+        self.rate = if self.warm_rate == Some(self.rate) {
+            start.max(self.cfg.start_rate)
+        } else {
+            self.rate.max(start)
+        };
+        self.warm_rate = Some(self.rate);
     }
 
     /// Accepted units per second over the window ending at `now`.
@@ -329,6 +362,12 @@ impl Strategy for Adaptive {
 
     fn hint(&mut self, capacity: Option<f64>, share: Option<f64>) {
         self.known = (capacity.filter(|c| *c > 0.0), share);
+        self.warm_start();
+    }
+
+    fn warm(&mut self, units_per_s: Option<f64>) {
+        self.warm = units_per_s.filter(|w| *w > 0.0);
+        self.warm_start();
     }
 
     fn after_attempt(&mut self, fb: &Feedback) -> Duration {

@@ -317,3 +317,51 @@ fn a_hard_ceiling_is_never_probed_past_until_it_expires() {
     }
     assert!(a.rate().unwrap() > cap, "then it probes again");
 }
+
+#[test]
+fn an_on_demand_table_starts_at_its_share_of_what_it_is_warm_for() {
+    let cfg = AdaptiveConfig::default();
+    let start = cfg.start_rate;
+    // No capacity known, a quarter of the partitions, warm for 4,000
+    // units/s: the share of it, x target_fraction.
+    let mut a = Adaptive::new(cfg.clone());
+    a.hint(None, Some(0.25));
+    a.warm(Some(4_000.0));
+    let expected = 4_000.0 * 0.25 * cfg.target_fraction;
+    assert!(
+        (a.rate().unwrap() - expected).abs() < 1e-9,
+        "{:?}",
+        a.rate()
+    );
+    // Told before the share: the share applies when it comes, and a
+    // smaller one (more workers) before any congestion moves it down.
+    let mut b = Adaptive::new(cfg.clone());
+    b.warm(Some(4_000.0));
+    assert_eq!(b.rate(), Some(start), "no share known yet");
+    b.hint(None, Some(0.5));
+    b.hint(None, Some(0.25));
+    assert_eq!(b.rate(), a.rate());
+    // Not reported, or below the starting rate: slow start as before.
+    let mut c = Adaptive::new(cfg.clone());
+    c.hint(None, Some(0.25));
+    c.warm(None);
+    assert_eq!(c.rate(), Some(start));
+    c.warm(Some(10.0));
+    assert_eq!(c.rate(), Some(start));
+    // A known capacity (provisioned, or an on-demand maximum) decides.
+    let mut p = Adaptive::new(cfg.clone());
+    p.hint(Some(200.0), Some(0.25));
+    p.warm(Some(4_000.0));
+    assert_eq!(p.rate(), Some(start));
+    // After a congestion event the table has answered: warm moves nothing.
+    let mut d = Adaptive::new(cfg);
+    d.hint(None, Some(0.25));
+    for i in 0..20 {
+        d.after_attempt(&at(i * 100, false, 10.0, None));
+    }
+    d.after_attempt(&at(2_000, true, 0.0, None));
+    assert!(d.w_max.is_some(), "a congestion event");
+    let after = d.rate();
+    d.warm(Some(40_000.0));
+    assert_eq!(d.rate(), after);
+}
