@@ -155,7 +155,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     let duration =
         st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
     // What the busiest partition admitted over the run, against its maximum.
-    let busiest = (0..4)
+    let busiest = (0..load.len())
         .max_by(|&a, &b| load[a].total_cmp(&load[b]))
         .unwrap_or(0);
     let admitted: f64 = st["partition_timeline"]

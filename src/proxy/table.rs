@@ -104,8 +104,7 @@ impl TableState {
         let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
         if parts.try_take(p, cost, now) {
             let count = parts.count();
-            let start = self.first_write.unwrap_or(now);
-            let i = now.saturating_sub(start).as_secs() as usize;
+            let i = self.second_of(now);
             let t = &mut self.stats.partition_timeline;
             if t.len() <= i {
                 t.resize(i + 1, vec![0.0; count]);
@@ -201,10 +200,15 @@ impl TableState {
         }
     }
 
+    /// Whole seconds from the first write to `now` (a timeline's index).
+    fn second_of(&self, now: Duration) -> usize {
+        let start = self.first_write.unwrap_or(now);
+        now.saturating_sub(start).as_secs() as usize
+    }
+
     /// The timeline slot for `now` (seconds since the first write).
     pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 4] {
-        let start = self.first_write.unwrap_or(now);
-        let i = now.saturating_sub(start).as_secs() as usize;
+        let i = self.second_of(now);
         let wcu = self.capacity().unwrap_or(0.0);
         while self.stats.timeline.len() <= i {
             let sec = self.stats.timeline.len() as f64;

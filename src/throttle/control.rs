@@ -189,14 +189,8 @@ impl Control {
     /// The table's warm throughput (DescribeTable's `WarmThroughput`), told
     /// to the strategy where no capacity is known (see [`Strategy::warm`]).
     pub fn set_warm(&self, warm: Option<f64>) {
-        let warm = warm.filter(|w| *w > 0.0 && self.capacity.lock().is_none());
-        *self.warm.lock() = warm;
-        let size = {
-            let mut s = self.strategy.lock();
-            s.warm(warm);
-            s.max_request_units()
-        };
-        self.steer(size);
+        *self.warm.lock() = warm.filter(|w| *w > 0.0 && self.capacity.lock().is_none());
+        self.hint();
     }
 
     /// This worker's share of the table's capacity (None: unknown).
@@ -211,13 +205,16 @@ impl Control {
         self.budget.capacity_seen(*self.capacity.lock())
     }
 
-    /// Tells the strategy the capacity and share as now known.
+    /// Tells the strategy the capacity, share and warm throughput as now
+    /// known.
     fn hint(&self) {
         let capacity = self.capacity_seen();
         let share = *self.share.lock();
+        let warm = *self.warm.lock();
         let size = {
             let mut s = self.strategy.lock();
             s.hint(capacity, share);
+            s.warm(warm);
             s.max_request_units()
         };
         self.steer(size);

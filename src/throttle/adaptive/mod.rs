@@ -204,14 +204,11 @@ impl Adaptive {
     /// throughput moves a rate still where this put it (a worker told the
     /// warm throughput before its share does not start at all of it).
     fn warm_start(&mut self) {
-        let (Some(w), None, Some(share), None) =
-            (self.warm, self.known.0, self.known.1, self.w_max)
+        let share = self.known.1.filter(|s| *s > 0.0);
+        let (Some(w), None, Some(share), None) = (self.warm, self.known.0, share, self.w_max)
         else {
             return;
         };
-        if share.is_nan() || share <= 0.0 {
-            return;
-        }
         let start = (w * share.min(1.0) * self.cfg.target_fraction).min(self.cfg.max_rate);
         self.rate = if self.warm_rate == Some(self.rate) {
             start.max(self.cfg.start_rate)
