@@ -81,6 +81,8 @@ struct Client {
     window: AcceptedWindow,
     /// Its share of the capacity, when told (1 / its job's clients).
     share: Option<f64>,
+    /// The warm throughput it was told last (on-demand, no maximum).
+    warm: Option<f64>,
     attempts: u64,
     throttled: u64,
 }
@@ -225,10 +227,14 @@ impl<'a> Run<'a> {
         let share = c
             .know_share
             .then(|| 1.0 / sc.group_size(sc.group_of(i)) as f64);
-        if c.know_capacity {
-            let refill = Some(self.server.refill()).filter(|r| *r > 0.0);
-            strategy.hint(refill, share);
-        }
+        let warm = if c.know_capacity {
+            let (capacity, warm) = self.server.described();
+            strategy.hint(capacity, share);
+            strategy.warm(warm);
+            warm
+        } else {
+            None
+        };
         let rate = strategy.rate().or(c.pacing_rate);
         Client {
             pacer: Pacer::with_clock(rate, self.burst, clock.clone()),
@@ -244,6 +250,7 @@ impl<'a> Run<'a> {
             answer: None,
             window: AcceptedWindow::new(REMAINING_WINDOW),
             share,
+            warm,
             attempts: 0,
             throttled: 0,
         }
@@ -312,10 +319,15 @@ impl<'a> Run<'a> {
         cl.pending = left;
         cl.throttled += u64::from(throttled);
         self.out.items_written += a.accepted_items() as u64;
-        let capacity = c
-            .know_capacity
-            .then(|| self.server.refill())
-            .filter(|r| *r > 0.0);
+        let (capacity, warm) = match c.know_capacity {
+            true => self.server.described(),
+            false => (None, None),
+        };
+        if warm != cl.warm {
+            // Re-read, as the worker re-reads DescribeTable.
+            cl.warm = warm;
+            cl.strategy.warm(warm);
+        }
         let estimate = cl.window.remaining(t, a.accepted_units, capacity);
         let fb = Feedback {
             now: t,

@@ -47,7 +47,8 @@ pub enum Model {
     /// `src/proxy/on_demand.rs`): a 1 s bucket at the lower of twice the
     /// previous peak and `refill_per_s`, the table's MaxWriteRequestUnits
     /// (what DescribeTable reports, and what the clients are told); schedule
-    /// steps move the maximum.
+    /// steps move the maximum. `refill_per_s = 0`: no maximum; the clients
+    /// are told only the warm throughput (twice the previous peak).
     OnDemand,
 }
 
@@ -293,18 +294,18 @@ impl Scenario {
         if sv.model == Model::TokenBucket && sv.capacity.is_none() {
             return bad("server.capacity: required for model = \"token-bucket\"".into());
         }
-        if !(sv.foreign_per_s >= 0.0 && sv.foreign_per_s < sv.refill_per_s)
-            || (sv.foreign_per_s > 0.0 && sv.model != Model::Dynamodb)
+        if sv.foreign_per_s.is_nan()
+            || sv.foreign_per_s < 0.0
+            || (sv.foreign_per_s > 0.0
+                && (sv.model != Model::Dynamodb || sv.foreign_per_s >= sv.refill_per_s))
         {
             return bad(format!(
                 "server.foreign_per_s = {}: must be >= 0, below refill_per_s, and only for model = \"dynamodb\"",
                 sv.foreign_per_s
             ));
         }
-        if sv.model != Model::TokenBucket && sv.refill_per_s <= 0.0 {
-            return bad(
-                "server.refill_per_s: must be > 0 for the dynamodb and on-demand models".into(),
-            );
+        if sv.model == Model::Dynamodb && sv.refill_per_s <= 0.0 {
+            return bad("server.refill_per_s: must be > 0 for the dynamodb model".into());
         }
         if !(positive(sv.on_demand_start) && non_negative(sv.on_demand_scale_s)) {
             return bad(format!(

@@ -99,7 +99,8 @@ impl Server {
             Model::OnDemand => {
                 let mut od = OnDemand::new(
                     cfg.on_demand_start,
-                    Some(cfg.refill_per_s),
+                    // 0: no maximum (the table admits what it is warm for).
+                    Some(cfg.refill_per_s).filter(|r| *r > 0.0),
                     cfg.on_demand_scale_s,
                     Duration::ZERO,
                 );
@@ -144,6 +145,17 @@ impl Server {
             Kind::Dynamo(b) => b.rate() + self.foreign,
             // DescribeTable's MaxWriteRequestUnits.
             Kind::OnDemand(od) => od.max().unwrap_or_else(|| od.limit()),
+        }
+    }
+
+    /// What DescribeTable tells a client: (the capacity, the warm
+    /// throughput). An on-demand table without a maximum has no capacity,
+    /// only what it is warm for (twice its previous peak); the others report
+    /// [`Self::refill`].
+    pub fn described(&self) -> (Option<f64>, Option<f64>) {
+        match &self.kind {
+            Kind::OnDemand(od) if od.max().is_none() => (None, Some(od.warm())),
+            _ => (Some(self.refill()).filter(|r| *r > 0.0), None),
         }
     }
 

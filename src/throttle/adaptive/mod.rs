@@ -59,9 +59,12 @@
 //!   move such a limit, only meet it again.
 //! - **Slow start.** Before the first congestion event, with no capacity known
 //!   (on-demand tables), the rate doubles every second while it is used,
-//!   from the share of the table's warm throughput (DescribeTable's
-//!   `WarmThroughput`: what it is ready to take at once) when it reports
-//!   one, else from `start_rate`.
+//!   from `start_rate`. When the table reports a warm throughput
+//!   (DescribeTable's `WarmThroughput`: what it takes at once, twice its
+//!   previous peak), the rate starts at the share of it (x
+//!   `target_fraction`) and does not double past it: it climbs on as after
+//!   a cut to that level. A higher warm throughput later (the table scaled)
+//!   scales the rate by as much, as a larger capacity does.
 //! - **Never inflate when idle.** The rate grows only while the client uses most
 //!   of it (accepted >= half the rate over the window).
 //! - **Keep a cushion, when the server shows its bucket** ([`cushion`]).
@@ -113,6 +116,9 @@ pub struct Adaptive {
     /// climbs back from w_max x this).
     last_cut: f64,
     last_decrease: Option<Duration>,
+    /// Where the CUBIC climb toward `w_max` started: the last decrease, or
+    /// the slow start reaching the warm throughput's share.
+    climb_from: Option<Duration>,
     last_update: Option<Duration>,
     /// When the first feedback came (the accepted-rate window needs history).
     first_seen: Option<Duration>,
@@ -168,6 +174,7 @@ impl Adaptive {
             cfg,
             w_max: None,
             last_decrease: None,
+            climb_from: None,
             last_update: None,
             first_seen: None,
             capacity: None,
@@ -216,6 +223,29 @@ impl Adaptive {
             self.rate.max(start)
         };
         self.warm_rate = Some(self.rate);
+    }
+
+    /// The slow start's next rate: doubling per second, but not past the
+    /// share (x `target_fraction`) of what the table is warm for, which an
+    /// on-demand table takes at once and throttles past (twice its previous
+    /// peak): there the climb goes on as CUBIC's from a cut to that level, as
+    /// if a throttle had been met just above it. (Doubling past it, one
+    /// worker met the table at 2.2x its warm throughput and 45% of its
+    /// requests were throttled, through the proxy at `--on-demand-start`.)
+    fn slow_start(&mut self, now: Duration, dt: f64) -> f64 {
+        let next = self.rate * (1.0 + dt);
+        let Some(w) = self.warm.filter(|_| self.known.0.is_none()) else {
+            return next;
+        };
+        let share = self.known.1.filter(|s| *s > 0.0).unwrap_or(1.0).min(1.0);
+        let threshold = w * share * self.cfg.target_fraction;
+        if next < threshold {
+            return next;
+        }
+        self.w_max = Some(w * share);
+        self.last_cut = self.cfg.target_fraction;
+        self.climb_from = Some(now);
+        self.rate.max(threshold)
     }
 
     /// Accepted units per second over the window ending at `now`.
@@ -363,8 +393,26 @@ impl Strategy for Adaptive {
     }
 
     fn warm(&mut self, units_per_s: Option<f64>) {
-        self.warm = units_per_s.filter(|w| *w > 0.0);
+        let warm = units_per_s.filter(|w| *w > 0.0);
+        if let (Some(old), Some(new), None) = (self.warm, warm, self.known.0) {
+            if new > old * 1.01 && self.last_decrease.is_none() {
+                // The table grew warmer (it scaled) before anything
+                // throttled: the slow start that stopped at the old level
+                // goes on.
+                self.w_max = None;
+                self.climb_from = None;
+            } else if new > old * 1.01 {
+                // After throttles: scaled up by as much, as a larger
+                // capacity scales the rate (`follow`); the fleet's workers
+                // all do the same.
+                let k = new / old;
+                self.rate *= k;
+                self.w_max = self.w_max.map(|w| w * k);
+            }
+        }
+        self.warm = warm;
         self.warm_start();
+        self.clamp();
     }
 
     fn after_attempt(&mut self, fb: &Feedback) -> Duration {
@@ -425,13 +473,15 @@ impl Strategy for Adaptive {
                 self.w_max = Some(base);
                 self.rate = base * self.last_cut;
                 self.last_decrease = Some(fb.now);
+                self.climb_from = Some(fb.now);
                 self.metrics.went_down += 1;
             }
         } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
             let settled = self.settled(fb.now);
             let learned = self.learned(fb.now);
-            self.rate = match (self.w_max, since, fair) {
+            let climb = self.climb_from.map(|t| fb.now.saturating_sub(t));
+            self.rate = match (self.w_max, climb, fair) {
                 // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
                 (_, _, Some(f)) if self.rate < f && !learned => {
                     let step = f * (1.0 - self.cfg.decrease) / self.cfg.fast_recovery_s;
@@ -451,8 +501,10 @@ impl Strategy for Adaptive {
                     };
                     self.cubic(w, t.as_secs_f64(), k).max(self.rate)
                 }
-                // No congestion seen yet (slow start): double per second.
-                _ => self.rate * (1.0 + dt),
+                // No congestion seen yet (slow start): double per second,
+                // up to the share of the warm throughput, then climb as
+                // after a cut from there.
+                _ => self.slow_start(fb.now, dt),
             };
             if self.rate > before {
                 self.metrics.went_up += 1;

@@ -365,3 +365,66 @@ fn an_on_demand_table_starts_at_its_share_of_what_it_is_warm_for() {
     d.warm(Some(40_000.0));
     assert_eq!(d.rate(), after);
 }
+
+#[test]
+fn an_on_demand_tables_slow_start_stops_at_its_share_of_what_it_is_warm_for() {
+    // Warm for 400 units/s, half of the partitions: the slow start from
+    // start_rate doubles per second up to 400 x 0.5 x target_fraction, not
+    // past it (the table throttles past what it is warm for), then climbs
+    // slowly, as after a cut, reaching the share of the warm throughput
+    // after probe_s and only then probing beyond it.
+    let cfg = AdaptiveConfig {
+        start_rate: 20.0,
+        ..AdaptiveConfig::default()
+    };
+    let threshold = 400.0 * 0.5 * cfg.target_fraction;
+    let mut a = Adaptive::new(cfg.clone());
+    a.warm(Some(400.0));
+    a.hint(None, Some(0.5));
+    assert_eq!(a.rate(), Some(threshold), "the warm start");
+    let mut b = Adaptive::new(cfg.clone());
+    b.hint(None, Some(0.5));
+    // Told of the warm throughput only once started (re-read later).
+    let mut t = 0;
+    for _ in 0..10 {
+        t += 100;
+        b.after_attempt(&at(t, false, 2.0, None));
+    }
+    b.warm(Some(400.0));
+    let mut peak: f64 = 0.0;
+    while t < 10_000 {
+        t += 100;
+        let r = b.rate().unwrap();
+        b.after_attempt(&at(t, false, r / 10.0, None));
+        peak = peak.max(b.rate().unwrap());
+    }
+    assert!(peak <= 200.0 + 1e-6, "{peak} before probe_s");
+    assert!(peak >= threshold - 1e-6, "{peak}: reached the threshold");
+    // After probe_s at it, past it, slowly.
+    let end = t + (cfg.probe_s * 1e3) as u64 + 5_000;
+    while t < end {
+        t += 100;
+        let r = b.rate().unwrap();
+        b.after_attempt(&at(t, false, r / 10.0, None));
+    }
+    let r = b.rate().unwrap();
+    assert!(r > 200.0 && r < 260.0, "{r}: probing past the warm share");
+    // The table scaled (warm for twice as much) before anything throttled:
+    // on to the new share of it.
+    b.warm(Some(800.0));
+    assert!(
+        (b.rate().unwrap() - 2.0 * threshold).abs() < 1e-6,
+        "{:?}",
+        b.rate()
+    );
+    // No warm throughput known: doubling per second as before.
+    let mut c = Adaptive::new(cfg);
+    c.hint(None, Some(0.5));
+    let mut t = 0;
+    while t < 5_000 {
+        t += 100;
+        let r = c.rate().unwrap();
+        c.after_attempt(&at(t, false, r / 10.0, None));
+    }
+    assert!(c.rate().unwrap() > 300.0, "{:?}", c.rate());
+}
