@@ -518,3 +518,33 @@ async fn a_describe_table_does_not_start_a_provisioned_tables_bucket() {
     let offered = proxy.stats(&table)["offered_wcu"].as_f64().unwrap();
     assert!(offered <= 11.0, "{offered} WCU offered at the first write");
 }
+
+/// `--upstream none`: the proxy answers DescribeTable and the writes itself,
+/// after a fixed latency, and stores nothing (the stand-in that benchmarks
+/// of the worker's own cost write to). A worker writes every record through
+/// it and commits them, reads the capacity it reports and is held to it;
+/// LocalStack's table of the same name stays empty; an operation the
+/// stand-in does not serve gets a 400 that says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stand_in_answers_the_worker_with_nothing_behind_it() {
+    let s = Setup::build(4, "", None).await;
+    let proxy = ThrottleProxy::stand_in(&["--latency-ms", "5", "--wcu", "500"]);
+    s.use_endpoint(&proxy.endpoint());
+    let (records, total_wcu) = mixed_sizes(1_000);
+    produce(&s.topic, records).await;
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(s.committed(), s.end_offsets());
+    assert_eq!(u(&summary, "items_written"), 1_000, "{summary}");
+    let stats = proxy.stats(&s.table);
+    assert_eq!(stats["accepted_items"].as_u64(), Some(1_000), "{stats}");
+    assert_eq!(stats["accepted_wcu"].as_f64(), Some(total_wcu as f64));
+    let table = &summary["tables"][0];
+    assert_eq!(table["capacity"].as_f64(), Some(500.0), "{table}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 0, "nothing stored");
+    let via = dynamo_at(&proxy.endpoint()).await;
+    let err = via.list_tables().send().await.unwrap_err();
+    let text = format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(err));
+    assert!(text.contains("--upstream none"), "{text}");
+}

@@ -91,9 +91,18 @@ enum Command {
     ThrottleProxy {
         #[arg(long, default_value = "127.0.0.1:4567")]
         listen: SocketAddr,
-        /// The DynamoDB endpoint behind the proxy.
+        /// The DynamoDB endpoint behind the proxy, or "none": the proxy
+        /// answers DescribeTable and the writes itself and stores nothing (a
+        /// stand-in for benchmarks of the worker's own cost).
         #[arg(long, default_value = "http://127.0.0.1:4566")]
         upstream: String,
+        /// With --upstream none: every table's partition key, NAME[:S|N|B].
+        #[arg(long, default_value = "id:S", value_parser = ingest::proxy::stand_in::parse_key)]
+        stand_in_key: ingest::decode::KeyAttr,
+        /// With --upstream none: milliseconds added before each write is
+        /// answered (the real service takes a few).
+        #[arg(long, default_value_t = 0.0, value_parser = parse_latency)]
+        latency_ms: f64,
         /// Capacity for every table, WCU/s (default: each table's provisioned WCU).
         #[arg(long)]
         wcu: Option<f64>,
@@ -199,6 +208,14 @@ fn parse_topic(s: &str) -> Result<(String, i32), String> {
     Ok((name.to_string(), parts))
 }
 
+/// `--latency-ms`: a finite number of milliseconds, at least 0.
+fn parse_latency(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ms) if ms >= 0.0 && ms.is_finite() => Ok(ms),
+        _ => Err(format!("{text:?}: must be a number of milliseconds >= 0")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -270,8 +287,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             on_demand_start,
             on_demand_max,
             on_demand_scale_s,
+            stand_in_key,
+            latency_ms,
         } => {
             telemetry::init_logs(&human);
+            let stand_in = (upstream == ingest::proxy::stand_in::NONE).then(|| {
+                ingest::proxy::stand_in::StandIn {
+                    key: stand_in_key,
+                    latency: std::time::Duration::from_secs_f64(latency_ms / 1e3),
+                }
+            });
             let cfg = ingest::proxy::ProxyConfig {
                 listen,
                 upstream,
@@ -286,6 +311,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     max: on_demand_max,
                     scale_s: on_demand_scale_s,
                 },
+                stand_in,
             };
             ingest::proxy::serve(cfg, shutdown_on_signals()).await?;
             Ok(ExitCode::SUCCESS)

@@ -133,6 +133,9 @@ impl Proxy {
     /// UpdateTable upstream so DescribeTable reports the new capacity.
     pub(super) async fn update_upstream(&self, table: &str, wcu: f64) {
         use aws_sdk_dynamodb::types::ProvisionedThroughput;
+        if self.cfg.stand_in.is_some() {
+            return; // nothing behind the proxy: its DescribeTable reports it
+        }
         let client = self.dynamo.client();
         let rcu = match client.describe_table().table_name(table).send().await {
             Ok(out) => out

@@ -17,6 +17,9 @@
 //!   DescribeTable reports the new capacity as it would on AWS.
 //! - Outages, for fault tests: `POST /_proxy/outage?seconds=N` answers every
 //!   DynamoDB call with HTTP 503 `ServiceUnavailable` for N seconds.
+//! - `--upstream none` ([`stand_in`]): no endpoint behind it; the proxy
+//!   answers DescribeTable and the writes itself, for benchmarks of the
+//!   worker's own cost.
 //! - `GET /_proxy/stats`: per table, requests, throttled (400) and partial
 //!   (some unprocessed) requests, accepted items and WCU, unprocessed items, and
 //!   the capacity offered between the first write and the last accepted one.
@@ -25,6 +28,7 @@ mod admin;
 pub mod bucket;
 pub mod on_demand;
 pub mod partitions;
+pub mod stand_in;
 mod table;
 pub mod wire;
 
@@ -70,6 +74,8 @@ pub struct ProxyConfig {
     pub partitions: Option<usize>,
     pub partition_wcu: f64,
     pub on_demand: OnDemandConfig,
+    /// Answer DynamoDB here instead of forwarding (`--upstream none`).
+    pub stand_in: Option<stand_in::StandIn>,
 }
 
 /// How on-demand tables are modelled (see [`on_demand`]).
@@ -122,8 +128,13 @@ pub async fn serve(cfg: ProxyConfig, shutdown: CancellationToken) -> Result<(), 
             addr: cfg.listen,
             source,
         })?;
+    // The stand-in never calls this client; it needs a well-formed endpoint.
+    let endpoint = match &cfg.stand_in {
+        Some(_) => "http://127.0.0.1:9",
+        None => cfg.upstream.as_str(),
+    };
     let proxy = Arc::new(Proxy {
-        dynamo: Dynamo::local(&cfg.upstream),
+        dynamo: Dynamo::local(endpoint),
         client: Client::builder(TokioExecutor::new()).build_http(),
         tables: Mutex::new(HashMap::new()),
         epoch: Instant::now(),
@@ -204,6 +215,26 @@ impl Proxy {
             Ok(b) => b.to_bytes(),
             Err(e) => return respond(StatusCode::BAD_REQUEST, format!("bad request body: {e}")),
         };
+        if let Some(s) = &self.cfg.stand_in {
+            return match target.as_str() {
+                "BatchWriteItem" => self.batch_write(parts, body).await,
+                "PutItem" => self.put_item(parts, body).await,
+                "DescribeTable" => match table_name(&body) {
+                    Some(t) => {
+                        // What the proxy enforces now (admin or scheduled
+                        // steps included), as DynamoDB would report it.
+                        let st = self.tables.lock().get(&t).and_then(TableState::capacity);
+                        let wcu = st.or(self.cfg.wcu);
+                        respond(StatusCode::OK, s.describe(&t, wcu).to_string())
+                    }
+                    None => respond(
+                        StatusCode::BAD_REQUEST,
+                        s.unknown("DescribeTable without TableName").to_string(),
+                    ),
+                },
+                other => respond(StatusCode::BAD_REQUEST, s.unknown(other).to_string()),
+            };
+        }
         match target.as_str() {
             "BatchWriteItem" => self.batch_write(parts, body).await,
             "PutItem" => self.put_item(parts, body).await,
@@ -234,7 +265,20 @@ impl Proxy {
         if self.tables.lock().contains_key(table) {
             return;
         }
-        let info = self.dynamo.describe(table).await;
+        let info = match &self.cfg.stand_in {
+            // The stand-in's tables are what it describes: provisioned at
+            // --wcu, or not limited.
+            Some(s) => Ok(crate::sink::TableInfo {
+                key: crate::decode::KeySchema {
+                    hash: s.key.clone(),
+                    range: None,
+                },
+                capacity: self.cfg.wcu,
+                max_write: None,
+                warm: None,
+            }),
+            None => self.dynamo.describe(table).await,
+        };
         let wcu = match (&info, self.cfg.wcu) {
             (_, Some(w)) => Some(w),
             (Ok(info), None) => info.capacity,
@@ -245,7 +289,7 @@ impl Proxy {
         };
         let now = self.now();
         let on_demand = match (&info, wcu) {
-            (Ok(i), None) => {
+            (Ok(i), None) if self.cfg.stand_in.is_none() => {
                 let od = &self.cfg.on_demand;
                 let max = od.max.or(i.max_write);
                 Some(OnDemand::new(od.start, max, od.scale_s, now))
@@ -289,8 +333,22 @@ impl Proxy {
             }
             return throttled(&split.reasons);
         }
-        let forward = Value::Object(split.forward.clone()).to_string();
-        let resp = self.forward(&parts, Bytes::from(forward)).await;
+        let resp = match &self.cfg.stand_in {
+            Some(s) => {
+                tokio::time::sleep(s.latency).await;
+                let consumed = json
+                    .get("ReturnConsumedCapacity")
+                    .is_some_and(|v| v != "NONE");
+                respond(
+                    StatusCode::OK,
+                    s.batch_written(&split.taken, consumed).to_string(),
+                )
+            }
+            None => {
+                let forward = Value::Object(split.forward.clone()).to_string();
+                self.forward(&parts, Bytes::from(forward)).await
+            }
+        };
         let ok = resp.status().is_success();
         self.settle(&split, &tables, ok, now);
         let withheld = split.withheld.values().filter_map(Value::as_array);
@@ -401,7 +459,13 @@ impl Proxy {
             wire::Admit::KeyRange => return throttled(&[(table, wire::TABLE_WRITE_KEY_RANGE)]),
             wire::Admit::Max => return throttled(&[(table, wire::TABLE_WRITE_MAX_ON_DEMAND)]),
         }
-        let resp = self.forward(&parts, body).await;
+        let resp = match &self.cfg.stand_in {
+            Some(s) => {
+                tokio::time::sleep(s.latency).await;
+                respond(StatusCode::OK, "{}".into())
+            }
+            None => self.forward(&parts, body).await,
+        };
         let mut map = self.tables.lock();
         let st = map.get_mut(&table).expect("ensured");
         if resp.status().is_success() {

@@ -16,9 +16,19 @@ impl ThrottleProxy {
 
     /// Starts the proxy on a given address.
     pub fn start_on(addr: &str, args: &[&str]) -> ThrottleProxy {
+        ThrottleProxy::start_with(addr, DYNAMODB, args)
+    }
+
+    /// Starts the proxy with nothing behind it (`--upstream none`): it
+    /// answers DynamoDB itself.
+    pub fn stand_in(args: &[&str]) -> ThrottleProxy {
+        ThrottleProxy::start_with(&format!("127.0.0.1:{}", free_port()), "none", args)
+    }
+
+    fn start_with(addr: &str, upstream: &str, args: &[&str]) -> ThrottleProxy {
         let addr = addr.to_string();
         let child = Command::new(env!("CARGO_BIN_EXE_ingest"))
-            .args(["throttle-proxy", "--listen", &addr, "--upstream", DYNAMODB])
+            .args(["throttle-proxy", "--listen", &addr, "--upstream", upstream])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
