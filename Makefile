@@ -16,7 +16,7 @@ export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
 .SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics chaos fuzz
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics bench-pipeline chaos fuzz
 
 build:
 	$(CARGO) build
@@ -83,6 +83,14 @@ bench-dynamodb: build stack tansu
 # minutes); reports in target/bench/metrics.{md,json}.
 bench-metrics: build stack tansu
 	$(CARGO) bench --profile dev --bench metrics
+
+# One worker's own speed and cost, with DynamoDB out of the way: raw consume
+# against ingest through `ingest throttle-proxy --upstream none` (0 and 5 ms),
+# records of 200 B, 1 KB and 4 KB, 1 and 2 workers; release build (the first
+# takes several minutes); reports in target/bench/pipeline.{md,json}.
+# BENCH_RECORDS, BENCH_SIZES, BENCH_LATENCIES, BENCH_WORKERS narrow a run.
+bench-pipeline: stack tansu
+	$(CARGO) bench --bench pipeline
 
 stop:
 	bash localstack/stop.sh

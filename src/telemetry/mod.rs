@@ -92,3 +92,35 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
+
+/// CPU time this process has used (user + system, all threads), seconds,
+/// from `/proc/self/stat` (Linux; None elsewhere). The kernel counts it in
+/// USER_HZ ticks, 100 a second on every Linux the project targets.
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_seconds_of(&stat)
+}
+
+/// [`cpu_seconds`] of a `/proc/<pid>/stat` line: utime and stime are its
+/// 14th and 15th fields (the 12th and 13th after the command's `)`).
+pub fn cpu_seconds_of(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_utime_plus_stime_in_ticks() {
+        // A command with spaces and a parenthesis in it.
+        let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0";
+        assert_eq!(cpu_seconds_of(line), Some(3.25));
+        assert_eq!(cpu_seconds_of("garbage"), None);
+        assert!(cpu_seconds().is_some_and(|s| s >= 0.0));
+    }
+}

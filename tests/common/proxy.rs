@@ -45,6 +45,11 @@ impl ThrottleProxy {
         panic!("throttle proxy did not listen on {}", proxy.addr);
     }
 
+    /// The proxy process's id (benches read its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }

@@ -175,6 +175,7 @@ pub async fn run(
             summary["peak_rss_mb"] =
                 serde_json::json!(telemetry::peak_rss_bytes()
                     .map(|b| (b as f64 / 1_048_576.0 * 10.0).round() / 10.0));
+            summary["cpu_s"] = serde_json::json!(telemetry::cpu_seconds());
             tracing::info!(summary = %summary, "finished");
             println!("{summary}");
             Ok(match outcome.exit {

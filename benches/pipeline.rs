@@ -1,0 +1,241 @@
+//! `make bench-pipeline`: how fast one worker goes when DynamoDB is not the
+//! limit, and what the pipeline costs on top of merely consuming.
+//!
+//! - `raw consume`: an rdkafka consumer in this process reads the same topic
+//!   and does nothing with the records (the ceiling of the Kafka side, here
+//!   the broker the tests use);
+//! - `ingest`: the worker, default config, writes the topic to
+//!   `ingest throttle-proxy --upstream none` (the stand-in: answers itself,
+//!   stores nothing) at 0 ms and 5 ms of latency, 1 and 2 workers.
+//!
+//! Records of 200 B, 1 KB and 4 KB (a JSON object: its `id` and padding), on
+//! a topic of 4 partitions. Reported per row: records/s and WCU/s (over the
+//! slowest worker's own elapsed time), CPU seconds per 100k records (the
+//! workers' summed `cpu_s`; the stand-in's apart), peak RSS, and the ratio to
+//! raw consume of the same size. One run, side by side; the machine is shared
+//! and noisy, so compare within a run.
+//!
+//! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000),
+//! BENCH_SIZES ("200,1024,4096"), BENCH_LATENCIES ("0,5") and BENCH_WORKERS
+//! ("1,2") narrow a run. `make bench-pipeline` builds with the release
+//! profile (a dev build measures the compiler's debug code, not the worker).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use support::Job;
+
+const PARTITIONS: i32 = 4;
+
+/// `n` records of about `size` bytes each (JSON: `id`, padding).
+fn records(n: usize, size: usize, prefix: &str) -> Vec<(String, Option<String>)> {
+    (0..n)
+        .map(|i| {
+            let id = format!("{prefix}{i:08}");
+            let pad = size.saturating_sub(id.len() + 20).max(1);
+            let v = format!(r#"{{"id":"{id}","pad":"{}"}}"#, "x".repeat(pad));
+            (id, Some(v))
+        })
+        .collect()
+}
+
+/// Write units of one record as DynamoDB counts its item (names + values,
+/// one per started KB).
+fn item_wcu(size: usize, prefix: &str) -> f64 {
+    let (id, v) = records(1, size, prefix).pop().unwrap();
+    let pad = v.unwrap().len() - id.len() - 20;
+    let bytes = "id".len() + id.len() + "pad".len() + pad;
+    bytes.div_ceil(1024).max(1) as f64
+}
+
+/// Produces in chunks (librdkafka's queue holds 100k messages).
+async fn produce_all(topic: &str, all: Vec<(String, Option<String>)>) {
+    let mut all = all.into_iter().peekable();
+    while all.peek().is_some() {
+        let chunk: Vec<_> = all.by_ref().take(20_000).collect();
+        produce(topic, chunk).await;
+    }
+}
+
+fn cpu_of(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    ingest::telemetry::cpu_seconds_of(&stat)
+}
+
+/// Reads every record of `topic` from the start; (seconds, CPU seconds of
+/// this process meanwhile).
+fn raw_consume(topic: &str, n: usize) -> (f64, f64) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", unique("raw"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let cpu0 = ingest::telemetry::cpu_seconds().unwrap_or(0.0);
+    let started = Instant::now();
+    let (mut seen, mut bytes) = (0usize, 0usize);
+    while seen < n {
+        match c.poll(Duration::from_secs(10)) {
+            Some(Ok(m)) => {
+                seen += 1;
+                bytes += m.payload().map_or(0, <[u8]>::len);
+            }
+            Some(Err(e)) => panic!("raw consume: {e}"),
+            None => panic!("raw consume: nothing for 10 s after {seen} of {n} records"),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = ingest::telemetry::cpu_seconds().unwrap_or(0.0) - cpu0;
+    assert!(bytes > 0);
+    (elapsed, cpu)
+}
+
+/// One ingest row: `workers` workers through the stand-in at `latency_ms`.
+async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> Value {
+    let s = Setup::build(PARTITIONS, "", None).await;
+    let prefix = format!("s{size}-");
+    produce_all(&s.topic, records(n, size, &prefix)).await;
+    let proxy = ThrottleProxy::stand_in(&["--latency-ms", &latency_ms.to_string()]);
+    s.use_endpoint(&proxy.endpoint());
+    let job = Job::start(&s, workers);
+    let r = job.finish(&format!(
+        "ingest {size} B, {latency_ms} ms, {workers} workers"
+    ));
+    let proxy_cpu = cpu_of(proxy.pid());
+    assert_eq!(r.items_written, n as u64, "every record written");
+    assert_eq!(s.committed(), s.end_offsets(), "every offset committed");
+    let f = |w: &Value, k: &str| w[k].as_f64().unwrap_or(0.0);
+    let elapsed = r
+        .summaries
+        .iter()
+        .map(|w| f(w, "elapsed_s"))
+        .fold(0.0, f64::max);
+    let cpu: f64 = r.summaries.iter().map(|w| f(w, "cpu_s")).sum();
+    let rss = r
+        .summaries
+        .iter()
+        .map(|w| f(w, "peak_rss_mb"))
+        .fold(0.0, f64::max);
+    let wcu: f64 = r.summaries.iter().map(|w| f(w, "wcu_written")).sum();
+    let requests: f64 = r.summaries.iter().map(|w| f(w, "requests")).sum();
+    json!({
+        "case": "ingest", "size_b": size, "latency_ms": latency_ms, "workers": workers,
+        "records": n, "elapsed_s": elapsed,
+        "records_per_s": n as f64 / elapsed.max(1e-3),
+        "wcu_per_s": wcu / elapsed.max(1e-3),
+        "cpu_s_per_100k": cpu / n as f64 * 1e5,
+        "stand_in_cpu_s_per_100k": proxy_cpu.map(|c| c / n as f64 * 1e5),
+        "peak_rss_mb": rss, "requests": requests,
+        "items_per_request": n as f64 / requests.max(1.0),
+        "wall_s": r.wall_s,
+    })
+}
+
+fn markdown(rows: &[Value]) -> String {
+    let mut md = String::from(
+        "| case | record | latency | workers | records/s | WCU/s | x raw consume | CPU s / 100k | stand-in CPU s / 100k | peak RSS MB | items/request |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let raw = |size: &Value| {
+        rows.iter()
+            .find(|r| r["case"] == "raw consume" && r["size_b"] == *size)
+            .and_then(|r| r["records_per_s"].as_f64())
+    };
+    for r in rows {
+        let f = |k: &str| r[k].as_f64();
+        let num = |k: &str, d: usize| f(k).map_or("-".into(), |v| format!("{v:.d$}"));
+        let ratio = match (r["case"].as_str(), f("records_per_s"), raw(&r["size_b"])) {
+            (Some("ingest"), Some(x), Some(base)) => format!("{:.2}", x / base),
+            _ => "-".into(),
+        };
+        md += &format!(
+            "| {} | {} B | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} |\n",
+            r["case"].as_str().unwrap_or(""),
+            r["size_b"],
+            r["latency_ms"]
+                .as_u64()
+                .map_or("-".into(), |l| format!("{l} ms")),
+            r["workers"].as_u64().map_or("-".into(), |w| w.to_string()),
+            num("records_per_s", 0),
+            num("wcu_per_s", 0),
+            num("cpu_s_per_100k", 2),
+            num("stand_in_cpu_s_per_100k", 2),
+            num("peak_rss_mb", 1),
+            num("items_per_request", 1),
+        );
+    }
+    md
+}
+
+fn list<T: std::str::FromStr>(key: &str, default: &str) -> Vec<T> {
+    std::env::var(key)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::main]
+async fn main() {
+    require_stack();
+    let n: usize = list("BENCH_RECORDS", "100000")[0];
+    let sizes: Vec<usize> = list("BENCH_SIZES", "200,1024,4096");
+    let latencies: Vec<u32> = list("BENCH_LATENCIES", "0,5");
+    let workers: Vec<usize> = list("BENCH_WORKERS", "1,2");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rows: Vec<Value> = Vec::new();
+    let save = |rows: &[Value]| {
+        let md = markdown(rows);
+        std::fs::write(dir.join("pipeline.md"), &md).unwrap();
+        std::fs::write(
+            dir.join("pipeline.json"),
+            serde_json::to_string_pretty(&json!({ "runs": rows })).unwrap(),
+        )
+        .unwrap();
+        md
+    };
+    for &size in &sizes {
+        // Raw consume of a topic like the ingest rows'.
+        let topic = unique("raw");
+        create_topics(&[(&topic, PARTITIONS)]).await;
+        produce_all(&topic, records(n, size, "raw-")).await;
+        let t = topic.clone();
+        let (elapsed, cpu) = tokio::task::spawn_blocking(move || raw_consume(&t, n))
+            .await
+            .unwrap();
+        let row = json!({
+            "case": "raw consume", "size_b": size, "records": n, "elapsed_s": elapsed,
+            "records_per_s": n as f64 / elapsed.max(1e-3),
+            "wcu_per_s": n as f64 * item_wcu(size, "raw-") / elapsed.max(1e-3),
+            "cpu_s_per_100k": cpu / n as f64 * 1e5,
+        });
+        eprintln!("{row}");
+        rows.push(row);
+        save(&rows);
+        for &latency in &latencies {
+            for &w in &workers {
+                let row = ingest_row(size, latency, w, n).await;
+                eprintln!("{row}");
+                rows.push(row);
+                save(&rows);
+            }
+        }
+    }
+    let md = save(&rows);
+    println!("{md}\nreports: target/bench/pipeline.md, target/bench/pipeline.json");
+}
