@@ -428,3 +428,53 @@ fn an_on_demand_tables_slow_start_stops_at_its_share_of_what_it_is_warm_for() {
     }
     assert!(c.rate().unwrap() > 300.0, "{:?}", c.rate());
 }
+
+#[test]
+fn a_warm_throughput_that_rises_in_small_steps_moves_the_rate_as_much() {
+    // An on-demand table's peak counts second by second, so its warm
+    // throughput rises 0.5% at a time. After a throttle, from 400 to 800
+    // units/s: the rate doubles as a doubled capacity would double it.
+    // (Compared with the last value read, every step was under the 1% that
+    // is acted on, and the rate did not move at all.)
+    let cfg = AdaptiveConfig::default();
+    let mut a = Adaptive::new(cfg.clone());
+    a.hint(None, Some(1.0));
+    a.warm(Some(400.0));
+    let mut t = 0;
+    for _ in 0..20 {
+        t += 100;
+        let r = a.rate().unwrap();
+        a.after_attempt(&at(t, false, r / 10.0, None));
+    }
+    t += 100;
+    a.after_attempt(&at(t, true, 0.0, None));
+    let before = a.rate().unwrap();
+    let mut w = 400.0;
+    while w < 800.0 {
+        w = (w * 1.005_f64).min(800.0);
+        a.warm(Some(w));
+    }
+    let after = a.rate().unwrap();
+    assert!(
+        (after / before - 2.0).abs() < 0.03,
+        "{before} -> {after}: scaled with the warm throughput"
+    );
+    // Before any throttle, the same small steps let the slow start go on
+    // past the old level.
+    let mut b = Adaptive::new(cfg);
+    b.hint(None, Some(1.0));
+    b.warm(Some(400.0));
+    let mut t = 0;
+    for _ in 0..50 {
+        t += 100;
+        let r = b.rate().unwrap();
+        b.after_attempt(&at(t, false, r / 10.0, None));
+    }
+    assert!(b.rate().unwrap() <= 400.0 + 1e-6, "held at the warm level");
+    let mut w = 400.0;
+    while w < 800.0 {
+        w = (w * 1.005_f64).min(800.0);
+        b.warm(Some(w));
+    }
+    assert!(b.rate().unwrap() >= 700.0, "{:?}", b.rate());
+}
