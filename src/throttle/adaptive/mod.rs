@@ -395,20 +395,13 @@ impl Strategy for Adaptive {
     fn warm(&mut self, units_per_s: Option<f64>) {
         let warm = units_per_s.filter(|w| *w > 0.0);
         if let (Some(old), Some(new), None) = (self.warm, warm, self.known.0) {
-            if new >= old && new <= old * 1.01 {
-                // Keep the level the rate was set for: an on-demand table's
-                // peak counts second by second, so its warm throughput
-                // rises in small steps that add up (compared with the last
-                // one read, each step was too small to act on).
-                return;
-            }
-            if new > old && self.last_decrease.is_none() {
+            if new > old * 1.01 && self.last_decrease.is_none() {
                 // The table grew warmer (it scaled) before anything
                 // throttled: the slow start that stopped at the old level
                 // goes on.
                 self.w_max = None;
                 self.climb_from = None;
-            } else if new > old {
+            } else if new > old * 1.01 {
                 // After throttles: scaled up by as much, as a larger
                 // capacity scales the rate (`follow`); the fleet's workers
                 // all do the same.
