@@ -47,13 +47,13 @@ fn records(n: usize, size: usize, prefix: &str) -> Vec<(String, Option<String>)>
         .collect()
 }
 
-/// Write units of one record as DynamoDB counts its item (names + values,
-/// one per started KB).
+/// Write units of one record's item, as the proxy counts them (DynamoDB's
+/// rule: names and values, one unit per started KB).
 fn item_wcu(size: usize, prefix: &str) -> f64 {
     let (id, v) = records(1, size, prefix).pop().unwrap();
-    let pad = v.unwrap().len() - id.len() - 20;
-    let bytes = "id".len() + id.len() + "pad".len() + pad;
-    bytes.div_ceil(1024).max(1) as f64
+    let v: Value = serde_json::from_str(&v.unwrap()).unwrap();
+    let item = json!({"id": {"S": id}, "pad": {"S": v["pad"]}});
+    ingest::proxy::wire::request_wcu(&json!({"PutRequest": {"Item": item}}))
 }
 
 /// Produces in chunks (librdkafka's queue holds 100k messages).
@@ -118,20 +118,16 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
     let proxy_cpu = cpu_of(proxy.pid());
     assert_eq!(r.items_written, n as u64, "every record written");
     assert_eq!(s.committed(), s.end_offsets(), "every offset committed");
-    let f = |w: &Value, k: &str| w[k].as_f64().unwrap_or(0.0);
-    let elapsed = r
-        .summaries
-        .iter()
-        .map(|w| f(w, "elapsed_s"))
-        .fold(0.0, f64::max);
-    let cpu: f64 = r.summaries.iter().map(|w| f(w, "cpu_s")).sum();
-    let rss = r
-        .summaries
-        .iter()
-        .map(|w| f(w, "peak_rss_mb"))
-        .fold(0.0, f64::max);
-    let wcu: f64 = r.summaries.iter().map(|w| f(w, "wcu_written")).sum();
-    let requests: f64 = r.summaries.iter().map(|w| f(w, "requests")).sum();
+    let each = |k: &'static str| {
+        r.summaries
+            .iter()
+            .map(move |w| w[k].as_f64().unwrap_or(0.0))
+    };
+    let elapsed = each("elapsed_s").fold(0.0, f64::max);
+    let cpu: f64 = each("cpu_s").sum();
+    let rss = each("peak_rss_mb").fold(0.0, f64::max);
+    let wcu: f64 = each("wcu_written").sum();
+    let requests: f64 = each("requests").sum();
     json!({
         "case": "ingest", "size_b": size, "latency_ms": latency_ms, "workers": workers,
         "records": n, "elapsed_s": elapsed,

@@ -165,9 +165,7 @@ async fn three_workers_share_a_200_wcu_table_and_write_20k_records() {
 async fn shallow_bucket_run(workers: usize, burst_s: &str) {
     let s = Setup::build(4, "", Some(200)).await;
     let proxy = ThrottleProxy::start(&["--burst-s", burst_s]);
-    s.use_endpoint(&proxy.endpoint());
-    let (records, total_wcu) = mixed_sizes(2_000);
-    produce(&s.topic, records).await;
+    let total_wcu = mixed_through(&proxy, &s, 2_000).await;
     let started = Instant::now();
     let running: Vec<Worker> = (0..workers).map(|_| s.spawn(true)).collect();
     let (mut requests, mut throttled) = (0, 0);
@@ -219,9 +217,7 @@ async fn a_bucket_smaller_than_one_batch_shrinks_requests_not_the_rate() {
 async fn a_hot_partition_throttles_by_key_range_and_the_worker_reads_the_reason() {
     let s = Setup::build(1, "", Some(1_000)).await;
     let proxy = ThrottleProxy::start(&["--partitions", "1", "--partition-wcu", "20"]);
-    s.use_endpoint(&proxy.endpoint());
-    let (records, total_wcu) = mixed_sizes(200);
-    produce(&s.topic, records).await;
+    let total_wcu = mixed_through(&proxy, &s, 200).await;
     let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
     let summary = summary.expect("summary");
     assert_eq!(code, Some(0), "{summary}");
@@ -258,9 +254,7 @@ async fn a_hot_partition_throttles_by_key_range_and_the_worker_reads_the_reason(
 async fn a_budget_holds_the_whole_job_under_its_fraction_of_the_capacity() {
     let s = Setup::build(4, "budget_fraction = 0.5", Some(200)).await;
     let proxy = ThrottleProxy::start(&[]);
-    s.use_endpoint(&proxy.endpoint());
-    let (records, total_wcu) = mixed_sizes(1_500);
-    produce(&s.topic, records).await;
+    let total_wcu = mixed_through(&proxy, &s, 1_500).await;
     let running: Vec<Worker> = (0..2).map(|_| s.spawn(true)).collect();
     let mut throttled = 0;
     for w in running {
@@ -415,9 +409,7 @@ async fn hot_keys_a_partition_refuses_are_paced_apart_and_refused_rarely() {
 async fn an_on_demand_maximum_is_read_paced_to_and_followed_when_raised() {
     let s = Setup::build(4, "", None).await;
     let proxy = ThrottleProxy::start(&["--on-demand-max", "150"]);
-    s.use_endpoint(&proxy.endpoint());
-    let (records, total_wcu) = mixed_sizes(3_000);
-    produce(&s.topic, records).await;
+    let total_wcu = mixed_through(&proxy, &s, 3_000).await;
     let started = Instant::now();
     let w = s.spawn(true);
     tokio::time::sleep(Duration::from_secs(8)).await;
@@ -463,9 +455,7 @@ async fn an_on_demand_maximum_is_read_paced_to_and_followed_when_raised() {
 async fn an_on_demand_tables_warm_throughput_is_read_and_paced_from() {
     let s = Setup::build(4, "", None).await;
     let proxy = ThrottleProxy::start(&["--on-demand-start", "300"]);
-    s.use_endpoint(&proxy.endpoint());
-    let (records, total_wcu) = mixed_sizes(2_000);
-    produce(&s.topic, records).await;
+    let total_wcu = mixed_through(&proxy, &s, 2_000).await;
     let started = Instant::now();
     let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
     let elapsed = started.elapsed().as_secs_f64();
@@ -529,9 +519,7 @@ async fn a_describe_table_does_not_start_a_provisioned_tables_bucket() {
 async fn the_stand_in_answers_the_worker_with_nothing_behind_it() {
     let s = Setup::build(4, "", None).await;
     let proxy = ThrottleProxy::stand_in(&["--latency-ms", "5", "--wcu", "500"]);
-    s.use_endpoint(&proxy.endpoint());
-    let (records, total_wcu) = mixed_sizes(1_000);
-    produce(&s.topic, records).await;
+    let total_wcu = mixed_through(&proxy, &s, 1_000).await;
     let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
     let summary = summary.expect("summary");
     assert_eq!(code, Some(0), "{summary}");
@@ -547,4 +535,13 @@ async fn the_stand_in_answers_the_worker_with_nothing_behind_it() {
     let err = via.list_tables().send().await.unwrap_err();
     let text = format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(err));
     assert!(text.contains("--upstream none"), "{text}");
+}
+
+/// Points the setup's worker at `proxy` and produces `n` mixed-size records
+/// (see [`mixed_sizes`]); returns their WCU.
+async fn mixed_through(proxy: &ThrottleProxy, s: &Setup, n: usize) -> u64 {
+    s.use_endpoint(&proxy.endpoint());
+    let (records, total_wcu) = mixed_sizes(n);
+    produce(&s.topic, records).await;
+    total_wcu
 }

@@ -268,15 +268,7 @@ impl Proxy {
         let info = match &self.cfg.stand_in {
             // The stand-in's tables are what it describes: provisioned at
             // --wcu, or not limited.
-            Some(s) => Ok(crate::sink::TableInfo {
-                key: crate::decode::KeySchema {
-                    hash: s.key.clone(),
-                    range: None,
-                },
-                capacity: self.cfg.wcu,
-                max_write: None,
-                warm: None,
-            }),
+            Some(s) => Ok(s.info(self.cfg.wcu)),
             None => self.dynamo.describe(table).await,
         };
         let wcu = match (&info, self.cfg.wcu) {
@@ -333,22 +325,16 @@ impl Proxy {
             }
             return throttled(&split.reasons);
         }
-        let resp = match &self.cfg.stand_in {
-            Some(s) => {
-                tokio::time::sleep(s.latency).await;
-                let consumed = json
-                    .get("ReturnConsumedCapacity")
-                    .is_some_and(|v| v != "NONE");
-                respond(
-                    StatusCode::OK,
-                    s.batch_written(&split.taken, consumed).to_string(),
-                )
-            }
-            None => {
-                let forward = Value::Object(split.forward.clone()).to_string();
-                self.forward(&parts, Bytes::from(forward)).await
-            }
-        };
+        let consumed = json
+            .get("ReturnConsumedCapacity")
+            .is_some_and(|v| v != "NONE");
+        let resp = self
+            .write_on(
+                &parts,
+                || Bytes::from(Value::Object(split.forward.clone()).to_string()),
+                |s| s.batch_written(&split.taken, consumed),
+            )
+            .await;
         let ok = resp.status().is_success();
         self.settle(&split, &tables, ok, now);
         let withheld = split.withheld.values().filter_map(Value::as_array);
@@ -459,13 +445,7 @@ impl Proxy {
             wire::Admit::KeyRange => return throttled(&[(table, wire::TABLE_WRITE_KEY_RANGE)]),
             wire::Admit::Max => return throttled(&[(table, wire::TABLE_WRITE_MAX_ON_DEMAND)]),
         }
-        let resp = match &self.cfg.stand_in {
-            Some(s) => {
-                tokio::time::sleep(s.latency).await;
-                respond(StatusCode::OK, "{}".into())
-            }
-            None => self.forward(&parts, body).await,
-        };
+        let resp = self.write_on(&parts, || body, |_| json!({})).await;
         let mut map = self.tables.lock();
         let st = map.get_mut(&table).expect("ensured");
         if resp.status().is_success() {
@@ -476,6 +456,23 @@ impl Proxy {
             st.refund(&req, cost);
         }
         resp
+    }
+
+    /// Sends an admitted write on: upstream, or answered by the stand-in
+    /// (`answer`) after its latency.
+    async fn write_on(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: impl FnOnce() -> Bytes,
+        answer: impl FnOnce(&stand_in::StandIn) -> Value,
+    ) -> Resp {
+        match &self.cfg.stand_in {
+            Some(s) => {
+                tokio::time::sleep(s.latency).await;
+                respond(StatusCode::OK, answer(s).to_string())
+            }
+            None => self.forward(parts, body()).await,
+        }
     }
 
     async fn forward(&self, parts: &hyper::http::request::Parts, body: Bytes) -> Resp {

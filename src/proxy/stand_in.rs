@@ -55,6 +55,20 @@ pub fn parse_key(text: &str) -> Result<KeyAttr, String> {
 }
 
 impl StandIn {
+    /// What the proxy knows of a stand-in table: its key and `wcu` (the
+    /// proxy's limit, if any).
+    pub fn info(&self, wcu: Option<f64>) -> crate::sink::TableInfo {
+        crate::sink::TableInfo {
+            key: crate::decode::KeySchema {
+                hash: self.key.clone(),
+                range: None,
+            },
+            capacity: wcu,
+            max_write: None,
+            warm: None,
+        }
+    }
+
     /// A DescribeTable answer for `table`, provisioned at `wcu`.
     pub fn describe(&self, table: &str, wcu: Option<f64>) -> Value {
         let kind = match self.key.kind {

@@ -319,9 +319,10 @@ impl<'a> Run<'a> {
         cl.pending = left;
         cl.throttled += u64::from(throttled);
         self.out.items_written += a.accepted_items() as u64;
-        let (capacity, warm) = match c.know_capacity {
-            true => self.server.described(),
-            false => (None, None),
+        let (capacity, warm) = if c.know_capacity {
+            self.server.described()
+        } else {
+            (None, None)
         };
         if warm != cl.warm {
             // Re-read, as the worker re-reads DescribeTable.
