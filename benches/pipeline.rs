@@ -74,7 +74,7 @@ fn cpu_of(pid: u32) -> Option<f64> {
 /// this process meanwhile).
 fn raw_consume(topic: &str, n: usize) -> (f64, f64) {
     let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", unique("raw"))
         .set("enable.auto.commit", "false")
         .create()

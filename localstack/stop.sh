@@ -3,7 +3,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
-for name in localstack tansu dev-broker; do
+for name in localstack tansu tansu-bench dev-broker; do
   pidfile="$INGEST_RUN/$name.pid"
   if [ -f "$pidfile" ]; then
     pid=$(cat "$pidfile")

@@ -2,25 +2,32 @@
 # Start tansu (Kafka protocol, SQLite storage, durable) on 127.0.0.1:9092 unless
 # it runs. Builds it once into the cache (install-tansu.sh). Data lives in
 # $INGEST_RUN/tansu (survives restarts of the broker; `make clean-stack` wipes it).
+#
+# TANSU_NAME and TANSU_PORT start another instance beside it (data, log and pid
+# file named after it); TANSU_FRESH=1 wipes that instance's data first (a
+# benchmark's broker, whose SQLite file has not grown with every test run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 "$here/install-tansu.sh"
 bin="$INGEST_CACHE/tansu-0.6.0/bin/tansu"
-if wait_port 9092 0; then
-  log "a broker already listens on 127.0.0.1:9092"
+name="${TANSU_NAME:-tansu}"
+port="${TANSU_PORT:-9092}"
+if wait_port "$port" 0; then
+  log "a broker already listens on 127.0.0.1:$port"
   exit 0
 fi
-mkdir -p "$INGEST_RUN/tansu"
+if [ "${TANSU_FRESH:-0}" = 1 ]; then rm -rf "${INGEST_RUN:?}/$name"; fi
+mkdir -p "$INGEST_RUN/$name"
 (
-  cd "$INGEST_RUN/tansu"
-  nohup "$bin" broker --listener-url tcp://127.0.0.1:9092 --advertised-listener-url tcp://127.0.0.1:9092 \
-    --storage-engine sqlite://tansu.db > "$INGEST_RUN/tansu.log" 2>&1 &
-  echo $! > "$INGEST_RUN/tansu.pid"
+  cd "$INGEST_RUN/$name"
+  nohup "$bin" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
+    --storage-engine sqlite://tansu.db > "$INGEST_RUN/$name.log" 2>&1 &
+  echo $! > "$INGEST_RUN/$name.pid"
 )
-if ! wait_port 9092 20; then
-  log "tansu did not start; last log lines:"
-  tail -n 30 "$INGEST_RUN/tansu.log" >&2
+if ! wait_port "$port" 20; then
+  log "$name did not start; last log lines:"
+  tail -n 30 "$INGEST_RUN/$name.log" >&2
   exit 1
 fi
-log "tansu ready at 127.0.0.1:9092"
+log "$name ready at 127.0.0.1:$port"

@@ -200,7 +200,7 @@ type Landed = BTreeMap<(i32, i64), Kind>;
 
 async fn produce_all(topic: &str, w: &Workload) -> (Landed, Vec<String>) {
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("linger.ms", "5")
         .set("message.max.bytes", "2000000")
         .create()
@@ -388,7 +388,7 @@ fn restart_broker() -> String {
         .args(["-9", pid])
         .status();
     for _ in 0..50 {
-        if std::net::TcpStream::connect(BROKERS).is_err() {
+        if std::net::TcpStream::connect(brokers()).is_err() {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -708,7 +708,7 @@ async fn chaos() {
 fn hand_over(from: &str, to: &str, topic: &str) -> Vec<i64> {
     let offsets = committed(from, topic, PARTITIONS);
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", to)
         .create()
         .unwrap();

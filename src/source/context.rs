@@ -84,7 +84,7 @@ impl ConsumerContext for Ctx {
                 }
             }
             self.to_learn.lock().extend(tps.iter().cloned());
-            let plan = self.pausing.lock().plan(&tps);
+            let plan = self.pausing.lock().plan(&tps, Instant::now());
             if let Err(e) = apply(consumer, &plan) {
                 warn!(error = %e, "cannot pause or resume newly assigned partitions");
             }
@@ -107,7 +107,7 @@ impl Ctx {
         Ctx {
             acks,
             held: Mutex::new(VecDeque::new()),
-            pausing: Mutex::new(Pausing::default()),
+            pausing: Mutex::new(Pausing::new(super::poller::PAUSE_GRACE)),
             closing: AtomicBool::new(false),
             assigned_once: AtomicBool::new(false),
             unassigned_since: Mutex::new(Some(Instant::now())),

@@ -4,7 +4,9 @@
 //! order) and hands records to the async pipeline through a bounded channel.
 //! When the channel or the byte budget is full it **pauses** its partitions,
 //! and those of a congested table (one whose queue in the pipeline is long)
-//! at any time, and keeps polling, so a slow table never makes it miss
+//! at any time, once that has lasted a second (a pause drops what librdkafka
+//! fetched ahead, so a moment's fullness only waits for room), and keeps
+//! polling, so a slow table never makes it miss
 //! `max.poll.interval.ms` nor holds up the other tables. It commits the
 //! acked watermarks periodically, on revocation (after draining the revoked
 //! partitions' in-flight writes), and at shutdown. Draining marks the

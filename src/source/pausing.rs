@@ -5,8 +5,15 @@
 //! resume of a partition that is not paused restarts its fetch from a stale
 //! position, so the plan remembers every partition it paused, assigned or
 //! not, and resumes exactly those.
+//!
+//! A pause waits until its wish has held for a grace period: pausing drops
+//! what librdkafka has fetched ahead, and the resume fetches it again, a
+//! round trip to the broker each time. A pipeline that is full for a moment
+//! (a fast table catching up with a burst) must not pay that; a table that
+//! stays slow is paused after the grace. Resumes are at once.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use crate::offsets::TopicPartition;
 
@@ -41,38 +48,85 @@ impl Plan {
 #[derive(Debug, Default)]
 pub struct Pausing {
     want: Want,
+    /// How long a wish holds before its partitions are paused.
+    grace: Duration,
+    /// Since when everything, and each congested topic, has been wished paused.
+    all_since: Option<Instant>,
+    topics_since: HashMap<String, Instant>,
+    /// When a part of the wish not yet due becomes due (plan again then).
+    recheck: Option<Instant>,
     /// Partitions paused by us and not resumed since, assigned or not.
     paused: HashSet<TopicPartition>,
 }
 
 impl Pausing {
-    /// Sets what should be paused; the plan for the `assigned` partitions.
-    /// Nothing to do when nothing changed.
-    pub fn set(&mut self, want: Want, assigned: &[TopicPartition]) -> Plan {
+    /// Pauses wait `grace` (zero: at once).
+    pub fn new(grace: Duration) -> Self {
+        Self {
+            grace,
+            ..Self::default()
+        }
+    }
+
+    /// From now on pauses are at once (the source is draining).
+    pub fn no_grace(&mut self) {
+        self.grace = Duration::ZERO;
+    }
+
+    /// Sets what should be paused; the plan for the `assigned` partitions at
+    /// `now`. Nothing to do when nothing changed.
+    pub fn set(&mut self, want: Want, assigned: &[TopicPartition], now: Instant) -> Plan {
+        self.all_since = want.all.then(|| self.all_since.unwrap_or(now));
+        self.topics_since.retain(|t, _| want.topics.contains(t));
+        for t in &want.topics {
+            self.topics_since.entry(t.clone()).or_insert(now);
+        }
         self.want = want;
-        self.plan(assigned)
+        self.plan(assigned, now)
     }
 
-    /// Whether this is already the wish (`set` would change nothing).
-    pub fn wants(&self, all: bool, topics: &BTreeSet<String>) -> bool {
-        self.want.all == all && &self.want.topics == topics
+    /// Whether this is already the wish and no part of it falls due by `now`
+    /// (`set` would change nothing).
+    pub fn wants(&self, all: bool, topics: &BTreeSet<String>, now: Instant) -> bool {
+        self.want.all == all && &self.want.topics == topics && self.recheck.is_none_or(|t| now < t)
     }
 
-    /// The plan for these partitions under the current wish (say, freshly
-    /// assigned ones). The plan is taken as done.
-    pub fn plan(&mut self, parts: &[TopicPartition]) -> Plan {
+    /// The pipeline is full but pausing everything is not yet due: the
+    /// source leaves the records in librdkafka's queue and waits for room.
+    pub fn waits_for_room(&self, now: Instant) -> bool {
+        self.want.all && !self.due(&self.all_since, now)
+    }
+
+    fn due(&self, since: &Option<Instant>, now: Instant) -> bool {
+        since.is_some_and(|t| now >= t + self.grace)
+    }
+
+    /// Whether `topic`'s partitions are to be paused at `now`.
+    fn pause_due(&self, topic: &str, now: Instant) -> bool {
+        self.due(&self.all_since, now) || self.due(&self.topics_since.get(topic).copied(), now)
+    }
+
+    /// The plan for these partitions under the current wish at `now` (say,
+    /// freshly assigned ones). The plan is taken as done.
+    pub fn plan(&mut self, parts: &[TopicPartition], now: Instant) -> Plan {
         let mut plan = Plan::default();
         for tp in parts {
-            let want = self.want.covers(&tp.0);
             let is = self.paused.contains(tp);
-            if want && !is {
+            if !is && self.pause_due(&tp.0, now) {
                 self.paused.insert(tp.clone());
                 plan.pause.push(tp.clone());
-            } else if !want && is {
+            } else if is && !self.want.covers(&tp.0) {
                 self.paused.remove(tp);
                 plan.resume.push(tp.clone());
             }
         }
+        let pending = self
+            .all_since
+            .iter()
+            .chain(self.topics_since.values())
+            .map(|t| *t + self.grace)
+            .filter(|t| *t > now);
+        self.recheck = pending.min();
         plan
     }
 
@@ -81,7 +135,6 @@ impl Pausing {
         self.paused.contains(tp)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,51 +150,108 @@ mod tests {
         }
     }
 
+    fn all() -> Want {
+        Want {
+            all: true,
+            topics: BTreeSet::new(),
+        }
+    }
+
     #[test]
     fn only_the_congested_topics_are_paused_and_only_they_resumed() {
+        let now = Instant::now();
         let mut p = Pausing::default();
         let assigned = [tp("a", 0), tp("a", 1), tp("b", 0)];
-        let plan = p.set(topics(&["a"]), &assigned);
+        let plan = p.set(topics(&["a"]), &assigned, now);
         assert_eq!(plan.pause, vec![tp("a", 0), tp("a", 1)]);
         assert!(plan.resume.is_empty());
-        assert!(p.set(topics(&["a"]), &assigned).is_empty(), "no repeat");
-        let plan = p.set(
-            Want {
-                all: true,
-                topics: BTreeSet::new(),
-            },
-            &assigned,
+        assert!(
+            p.set(topics(&["a"]), &assigned, now).is_empty(),
+            "no repeat"
         );
+        let plan = p.set(all(), &assigned, now);
         assert_eq!(plan.pause, vec![tp("b", 0)], "a is paused already");
-        let plan = p.set(Want::default(), &assigned);
+        let plan = p.set(Want::default(), &assigned, now);
         assert_eq!(plan.resume, assigned.to_vec());
         assert!(
-            p.set(Want::default(), &assigned).is_empty(),
+            p.set(Want::default(), &assigned, now).is_empty(),
             "never resume what is not paused"
         );
     }
 
     #[test]
     fn a_partition_paused_before_a_revocation_is_resumed_when_assigned_again() {
+        let now = Instant::now();
         let mut p = Pausing::default();
-        p.set(topics(&["a"]), &[tp("a", 0)]);
+        p.set(topics(&["a"]), &[tp("a", 0)], now);
         // Revoked while paused; the table clears while it is away.
-        let plan = p.set(Want::default(), &[]);
+        let plan = p.set(Want::default(), &[], now);
         assert!(plan.is_empty());
         assert!(p.is_paused(&tp("a", 0)), "librdkafka still has it paused");
         // Assigned again: resumed, or it would never be fetched.
-        let plan = p.plan(&[tp("a", 0), tp("b", 0)]);
+        let plan = p.plan(&[tp("a", 0), tp("b", 0)], now);
         assert_eq!(plan.resume, vec![tp("a", 0)]);
         assert!(plan.pause.is_empty());
     }
 
     #[test]
     fn a_partition_assigned_while_its_table_is_congested_starts_paused() {
+        let now = Instant::now();
         let mut p = Pausing::default();
-        p.set(topics(&["a"]), &[]);
-        let plan = p.plan(&[tp("a", 3), tp("b", 3)]);
+        p.set(topics(&["a"]), &[], now);
+        let plan = p.plan(&[tp("a", 3), tp("b", 3)], now);
         assert_eq!(plan.pause, vec![tp("a", 3)]);
-        assert!(p.wants(false, &topics(&["a"]).topics));
-        assert!(!p.wants(false, &BTreeSet::new()));
+        assert!(p.wants(false, &topics(&["a"]).topics, now));
+        assert!(!p.wants(false, &BTreeSet::new(), now));
+    }
+
+    #[test]
+    fn a_pause_waits_for_its_wish_to_hold_through_the_grace() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(1);
+        let mut p = Pausing::new(grace);
+        let assigned = [tp("a", 0), tp("b", 0)];
+        // Full for a moment: nothing paused, the source waits for room.
+        assert!(p.set(all(), &assigned, t0).is_empty());
+        assert!(p.waits_for_room(t0 + grace / 2));
+        assert!(
+            !p.wants(true, &BTreeSet::new(), t0 + grace),
+            "due: plan again"
+        );
+        // Room again before the grace: the clock starts over.
+        assert!(p.set(Want::default(), &assigned, t0 + grace / 2).is_empty());
+        assert!(!p.waits_for_room(t0 + grace / 2));
+        let t1 = t0 + grace;
+        assert!(p.set(all(), &assigned, t1).is_empty());
+        assert!(p.set(all(), &assigned, t1 + grace / 2).is_empty());
+        // Full through the grace: everything paused, no more waiting.
+        let plan = p.set(all(), &assigned, t1 + grace);
+        assert_eq!(plan.pause, assigned.to_vec());
+        assert!(!p.waits_for_room(t1 + grace));
+        assert!(p.wants(true, &BTreeSet::new(), t1 + 2 * grace), "settled");
+        // Resumes are at once.
+        let plan = p.set(Want::default(), &assigned, t1 + grace);
+        assert_eq!(plan.resume, assigned.to_vec());
+    }
+
+    #[test]
+    fn a_congested_topic_is_paused_after_the_grace_and_only_it() {
+        let t0 = Instant::now();
+        let grace = Duration::from_millis(500);
+        let mut p = Pausing::new(grace);
+        let assigned = [tp("a", 0), tp("b", 0)];
+        assert!(p.set(topics(&["a"]), &assigned, t0).is_empty());
+        assert!(!p.waits_for_room(t0), "the other topics go on");
+        // b joins later: its own clock.
+        let t1 = t0 + grace / 2;
+        assert!(p.set(topics(&["a", "b"]), &assigned, t1).is_empty());
+        let plan = p.set(topics(&["a", "b"]), &assigned, t0 + grace);
+        assert_eq!(plan.pause, vec![tp("a", 0)]);
+        let plan = p.set(topics(&["a", "b"]), &assigned, t1 + grace);
+        assert_eq!(plan.pause, vec![tp("b", 0)]);
+        // Draining: no grace.
+        let mut p = Pausing::new(grace);
+        p.no_grace();
+        assert_eq!(p.set(all(), &assigned, t0).pause, assigned.to_vec());
     }
 }

@@ -58,6 +58,14 @@ pub(super) struct Poller {
 /// place in batches and the tracker), for the byte budget.
 const RECORD_OVERHEAD: usize = 256;
 
+/// How long the pipeline stays full, or a table congested, before the
+/// partitions are paused (a pause drops what librdkafka fetched ahead; see
+/// [`super::pausing`]). Rebalance callbacks wait at most this long meanwhile.
+pub(super) const PAUSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long the full source sleeps between looks for room, within the grace.
+const ROOM_WAIT: Duration = Duration::from_millis(1);
+
 /// How often the group's backlog per partition is re-read.
 pub(super) const BACKLOG_REFRESH: Duration = Duration::from_secs(5);
 
@@ -84,18 +92,25 @@ impl Poller {
             self.forward_held()?;
             let over_budget = self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes;
             let full = !self.ctx().held.lock().is_empty() || over_budget;
-            self.set_paused(full)?;
-            let timeout = Duration::from_millis(if full { 20 } else { 100 });
-            match self.consumer.poll(timeout) {
-                Some(Ok(m)) => {
-                    self.accept(&m);
-                    self.kafka_answered();
+            let now = Instant::now();
+            self.set_paused(full, now)?;
+            if self.ctx().pausing.lock().waits_for_room(now) {
+                // Full, the pause not yet due: what librdkafka fetched ahead
+                // stays in its queue (a pause would drop it) until room.
+                std::thread::sleep(ROOM_WAIT);
+            } else {
+                let timeout = Duration::from_millis(if full { 20 } else { 100 });
+                match self.consumer.poll(timeout) {
+                    Some(Ok(m)) => {
+                        self.accept(&m);
+                        self.kafka_answered();
+                    }
+                    Some(Err(e)) => {
+                        warn!(error = %e, "kafka consumer error");
+                        self.opts.live.kafka_err(e.to_string());
+                    }
+                    None => {}
                 }
-                Some(Err(e)) => {
-                    warn!(error = %e, "kafka consumer error");
-                    self.opts.live.kafka_err(e.to_string());
-                }
-                None => {}
             }
             self.learn_positions();
             if Instant::now() >= self.next_commit {
@@ -213,15 +228,16 @@ impl Poller {
     }
 
     /// Pauses every partition (`all`: the pipeline is full, or draining), or
-    /// those of the congested tables' topics; resumes the others.
-    pub(super) fn set_paused(&mut self, all: bool) -> Result<(), SourceError> {
+    /// those of the congested tables' topics, once the wish has held through
+    /// [`PAUSE_GRACE`]; resumes the others.
+    pub(super) fn set_paused(&mut self, all: bool, now: Instant) -> Result<(), SourceError> {
         let changes = self.opts.congestion.changes();
         if changes != self.congestion_seen {
             self.congestion_seen = changes;
             self.congested = self.opts.congestion.congested_topics();
         }
         let mut pausing = self.ctx().pausing.lock();
-        if pausing.wants(all, &self.congested) {
+        if pausing.wants(all, &self.congested, now) {
             return Ok(());
         }
         let want = Want {
@@ -229,7 +245,7 @@ impl Poller {
             topics: self.congested.clone(),
         };
         let assigned = tps_of(&self.consumer.assignment()?);
-        let plan = pausing.set(want, &assigned);
+        let plan = pausing.set(want, &assigned, now);
         if !plan.is_empty() {
             debug!(all, congested = ?self.congested, paused = plan.pause.len(),
                 resumed = plan.resume.len(), "pausing partitions");
@@ -290,7 +306,8 @@ impl Poller {
     pub(super) fn drain(&mut self) -> SourceExit {
         let ctx = self.consumer.context().clone();
         ctx.drop_held(|_, _| true);
-        let _ = self.set_paused(true);
+        ctx.pausing.lock().no_grace();
+        let _ = self.set_paused(true, Instant::now());
         let wait = if self.abort.is_cancelled() {
             Duration::ZERO
         } else {

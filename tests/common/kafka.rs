@@ -5,7 +5,7 @@ use super::*;
 
 pub async fn create_topics(topics: &[(&str, i32)]) {
     let topics: Vec<(String, i32)> = topics.iter().map(|(t, p)| (t.to_string(), *p)).collect();
-    ingest::tools::create_topics(BROKERS, &topics)
+    ingest::tools::create_topics(brokers(), &topics)
         .await
         .expect("create topics");
 }
@@ -21,7 +21,7 @@ pub struct Produced {
 /// Produces (key, value) records; returns where each landed, in input order.
 pub async fn produce(topic: &str, records: Vec<(String, Option<String>)>) -> Vec<Produced> {
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("linger.ms", "5")
         .create()
         .unwrap();
@@ -100,7 +100,7 @@ pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
 /// A consumer of `group` that never joins it: it only reads its offsets.
 pub fn group_reader(group: &str) -> BaseConsumer {
     ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", group)
         .create()
         .unwrap()
@@ -132,7 +132,7 @@ pub fn committed_by(
 /// End (high watermark) offsets of a topic's partitions.
 pub fn end_offsets(topic: &str, partitions: i32) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .create()
         .unwrap();
     (0..partitions)
@@ -173,7 +173,7 @@ fn read_letters(
     enough: impl Fn(&[DeadLetter]) -> bool,
 ) -> Vec<DeadLetter> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", unique("dlq-reader"))
         .set("enable.auto.commit", "false")
         .create()

@@ -34,17 +34,24 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
-pub const BROKERS: &str = "127.0.0.1:9092";
+/// The broker the tests and benches use: tansu on 127.0.0.1:9092, or
+/// INGEST_TEST_BROKERS (bench-pipeline points it at a broker of its own).
+pub fn brokers() -> &'static str {
+    static BROKERS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BROKERS.get_or_init(|| {
+        std::env::var("INGEST_TEST_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+    })
+}
 pub const DYNAMODB: &str = "http://127.0.0.1:4566";
 
 /// Fails fast, with the fix, when the stack is not up.
 pub fn require_stack() {
-    for (what, port, how) in [
-        ("LocalStack", 4566, "bash localstack/start.sh"),
-        ("tansu", 9092, "bash localstack/tansu.sh"),
+    for (what, addr, how) in [
+        ("LocalStack", "127.0.0.1:4566", "bash localstack/start.sh"),
+        ("tansu", brokers(), "bash localstack/tansu.sh"),
     ] {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            panic!("{what} is not listening on 127.0.0.1:{port}: run `make test` (or `{how}`)");
+        if std::net::TcpStream::connect(addr).is_err() {
+            panic!("{what} is not listening on {addr}: run `make test` (or `{how}`)");
         }
     }
 }

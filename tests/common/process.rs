@@ -74,7 +74,7 @@ impl Setup {
         let toml = format!(
             r#"
 [kafka]
-brokers = "{BROKERS}"
+brokers = "{brokers}"
 group_id = "{group}"
 dead_letter_topic = "{dlq}"
 commit_interval_ms = 300
@@ -94,6 +94,7 @@ drain_timeout_s = 30
 format = "json"
 level = "info"
 "#,
+            brokers = brokers(),
             group = s.group,
             dlq = s.dlq,
             topic = s.topic,
