@@ -2,10 +2,11 @@
 //!
 //! It polls the consumer group, tracks every record it forwards (in delivery
 //! order) and hands records to the async pipeline through a bounded channel.
-//! When the channel or the byte budget is full it **pauses** its partitions,
-//! and those of a congested table (one whose queue in the pipeline is long)
-//! at any time, once that has lasted a second (a pause drops what librdkafka
-//! fetched ahead, so a moment's fullness only waits for room), and keeps
+//! When the channel is full it **stalls** (polls only now and then; what
+//! librdkafka fetched ahead stays in its bounded queue); it **pauses** the
+//! partitions of a congested table (one whose queue in the pipeline is long)
+//! while others flow, and all of them at the byte budget, once that has
+//! lasted a second (a pause drops the prefetch, [`pausing`]), and keeps
 //! polling, so a slow table never makes it miss
 //! `max.poll.interval.ms` nor holds up the other tables. It commits the
 //! acked watermarks periodically, on revocation (after draining the revoked
@@ -178,6 +179,7 @@ pub fn run(
         kafka_seen: None,
         congested: Default::default(),
         congestion_seen: u64::MAX,
+        polled_at: None,
     };
     let exit = poller.run_loop(&stop);
     let result = match exit {

@@ -1,16 +1,21 @@
-//! Which partitions the source holds paused, as one pure decision: all of
-//! them while the pipeline's channel or byte budget is full, or those of the
-//! congested tables' topics. librdkafka's pause flag outlives an assignment
-//! (a partition paused, revoked and assigned again is still paused), and a
-//! resume of a partition that is not paused restarts its fetch from a stale
-//! position, so the plan remembers every partition it paused, assigned or
-//! not, and resumes exactly those.
+//! Which partitions the source holds paused, as one pure decision, and when
+//! it stalls instead. librdkafka's pause drops what it has fetched ahead,
+//! and after a resume the partition is fetched again about a second later
+//! (measured against tansu), so a pause is kept for what only it can do:
 //!
-//! A pause waits until its wish has held for a grace period: pausing drops
-//! what librdkafka has fetched ahead, and the resume fetches it again, a
-//! round trip to the broker each time. A pipeline that is full for a moment
-//! (a fast table catching up with a burst) must not pay that; a table that
-//! stays slow is paused after the grace. Resumes are at once.
+//! - the pipeline's channel is full: the source **stalls** (polls only now
+//!   and then, to serve callbacks) and librdkafka keeps its prefetch, bounded
+//!   by `queued.max.messages.kbytes`;
+//! - tables are congested: their topics' partitions are paused so the other
+//!   tables go on, unless they are all the source holds (then it stalls);
+//! - the byte budget is reached, or the source drains: everything is paused.
+//!
+//! A pause waits until its wish has held for a grace period (a moment's
+//! congestion passes without it); resumes are at once. librdkafka's pause
+//! flag outlives an assignment (a partition paused, revoked and assigned
+//! again is still paused), and a resume of a partition that is not paused
+//! restarts its fetch from a stale position, so the plan remembers every
+//! partition it paused, assigned or not, and resumes exactly those.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -20,7 +25,7 @@ use crate::offsets::TopicPartition;
 /// What should be paused.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Want {
-    /// Everything (the pipeline is full, or the source is draining).
+    /// Everything (the byte budget is reached, or the source is draining).
     pub all: bool,
     /// The topics of congested tables.
     pub topics: BTreeSet<String>,
@@ -30,6 +35,25 @@ impl Want {
     pub fn covers(&self, topic: &str) -> bool {
         self.all || self.topics.contains(topic)
     }
+}
+
+/// The wish for the pipeline's state, and whether the source stalls: a full
+/// channel stalls it; congested tables' topics are wished paused unless they
+/// are all it holds of `assigned` (then it stalls); `all` pauses everything.
+pub fn wish(
+    all: bool,
+    channel_full: bool,
+    congested: &BTreeSet<String>,
+    assigned: &[TopicPartition],
+) -> (Want, bool) {
+    let only_congested =
+        !assigned.is_empty() && assigned.iter().all(|tp| congested.contains(&tp.0));
+    let topics = if only_congested {
+        BTreeSet::new()
+    } else {
+        congested.clone()
+    };
+    (Want { all, topics }, channel_full || only_congested)
 }
 
 /// Partitions to pause and to resume, to honour a [`Want`].
@@ -91,9 +115,10 @@ impl Pausing {
         self.want.all == all && &self.want.topics == topics && self.recheck.is_none_or(|t| now < t)
     }
 
-    /// The pipeline is full but pausing everything is not yet due: the
-    /// source leaves the records in librdkafka's queue and waits for room.
-    pub fn waits_for_room(&self, now: Instant) -> bool {
+    /// Everything is wished paused (the byte budget is reached) and the
+    /// pause is not yet due: the source polls nothing meanwhile, so nothing
+    /// more is read past the budget.
+    pub fn quiet(&self, now: Instant) -> bool {
         self.want.all && !self.due(&self.all_since, now)
     }
 
@@ -211,27 +236,51 @@ mod tests {
         let grace = Duration::from_secs(1);
         let mut p = Pausing::new(grace);
         let assigned = [tp("a", 0), tp("b", 0)];
-        // Full for a moment: nothing paused, the source waits for room.
+        // Over the budget for a moment: nothing paused, nothing polled.
         assert!(p.set(all(), &assigned, t0).is_empty());
-        assert!(p.waits_for_room(t0 + grace / 2));
+        assert!(p.quiet(t0 + grace / 2));
         assert!(
             !p.wants(true, &BTreeSet::new(), t0 + grace),
             "due: plan again"
         );
-        // Room again before the grace: the clock starts over.
+        // Under it again before the grace: the clock starts over.
         assert!(p.set(Want::default(), &assigned, t0 + grace / 2).is_empty());
-        assert!(!p.waits_for_room(t0 + grace / 2));
+        assert!(!p.quiet(t0 + grace / 2));
         let t1 = t0 + grace;
         assert!(p.set(all(), &assigned, t1).is_empty());
         assert!(p.set(all(), &assigned, t1 + grace / 2).is_empty());
-        // Full through the grace: everything paused, no more waiting.
+        // Over it through the grace: everything paused, polled again.
         let plan = p.set(all(), &assigned, t1 + grace);
         assert_eq!(plan.pause, assigned.to_vec());
-        assert!(!p.waits_for_room(t1 + grace));
+        assert!(!p.quiet(t1 + grace));
         assert!(p.wants(true, &BTreeSet::new(), t1 + 2 * grace), "settled");
         // Resumes are at once.
         let plan = p.set(Want::default(), &assigned, t1 + grace);
         assert_eq!(plan.resume, assigned.to_vec());
+    }
+
+    #[test]
+    fn a_full_channel_stalls_the_source_and_pauses_nothing() {
+        let none = BTreeSet::new();
+        let (want, stall) = wish(false, true, &none, &[tp("a", 0)]);
+        assert!(stall);
+        assert_eq!(want, Want::default());
+        let (want, stall) = wish(true, false, &none, &[tp("a", 0)]);
+        assert!(want.all && !stall, "over the byte budget: pause");
+    }
+
+    #[test]
+    fn congested_topics_are_paused_only_while_others_flow() {
+        let a = topics(&["a"]).topics;
+        let (want, stall) = wish(false, false, &a, &[tp("a", 0), tp("b", 0)]);
+        assert_eq!(want, topics(&["a"]));
+        assert!(!stall, "b goes on");
+        // Only a's partitions held: a pause would only drop the prefetch.
+        let (want, stall) = wish(false, false, &a, &[tp("a", 0), tp("a", 1)]);
+        assert_eq!(want, Want::default());
+        assert!(stall);
+        let (_, stall) = wish(false, false, &a, &[]);
+        assert!(!stall, "nothing held: poll for an assignment");
     }
 
     #[test]
@@ -241,7 +290,6 @@ mod tests {
         let mut p = Pausing::new(grace);
         let assigned = [tp("a", 0), tp("b", 0)];
         assert!(p.set(topics(&["a"]), &assigned, t0).is_empty());
-        assert!(!p.waits_for_room(t0), "the other topics go on");
         // b joins later: its own clock.
         let t1 = t0 + grace / 2;
         assert!(p.set(topics(&["a", "b"]), &assigned, t1).is_empty());

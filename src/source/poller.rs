@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use super::backlog::{self, BacklogReader};
 use super::commit::{apply, commit};
 use super::context::Ctx;
-use super::pausing::Want;
+use super::pausing::wish;
 use super::{starts_at_end, tps_of, SourceError, SourceExit, SourceOptions};
 use crate::acks::RecordRef;
 use crate::offsets::TopicPartition;
@@ -52,18 +52,24 @@ pub(super) struct Poller {
     /// The congested tables' topics, as of `congestion_seen`.
     pub(super) congested: BTreeSet<String>,
     pub(super) congestion_seen: u64,
+    /// When the consumer was last polled (a stalled source polls seldom).
+    pub(super) polled_at: Option<Instant>,
 }
 
 /// Bytes a record costs beyond its key, value and headers (its item, its
 /// place in batches and the tracker), for the byte budget.
 const RECORD_OVERHEAD: usize = 256;
 
-/// How long the pipeline stays full, or a table congested, before the
+/// How long a table stays congested, or the byte budget reached, before
 /// partitions are paused (a pause drops what librdkafka fetched ahead; see
-/// [`super::pausing`]). Rebalance callbacks wait at most this long meanwhile.
+/// [`super::pausing`]).
 pub(super) const PAUSE_GRACE: Duration = Duration::from_secs(1);
 
-/// How long the full source sleeps between looks for room, within the grace.
+/// A stalled source polls this often: rebalance callbacks are served, and
+/// each poll takes at most one record (held until the pipeline has room).
+const STALLED_POLL: Duration = Duration::from_millis(100);
+
+/// How long a stalled source sleeps between looks for room.
 const ROOM_WAIT: Duration = Duration::from_millis(1);
 
 /// How often the group's backlog per partition is re-read.
@@ -91,15 +97,17 @@ impl Poller {
             }
             self.forward_held()?;
             let over_budget = self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes;
-            let full = !self.ctx().held.lock().is_empty() || over_budget;
+            let full = !self.ctx().held.lock().is_empty();
             let now = Instant::now();
-            self.set_paused(full, now)?;
-            if self.ctx().pausing.lock().waits_for_room(now) {
-                // Full, the pause not yet due: what librdkafka fetched ahead
-                // stays in its queue (a pause would drop it) until room.
+            let stall = self.set_paused(over_budget, full, now)?;
+            let quiet = self.ctx().pausing.lock().quiet(now);
+            if quiet || stall && self.polled_at.is_some_and(|t| now < t + STALLED_POLL) {
+                // What librdkafka fetched ahead stays in its queue (a pause
+                // would drop it) until the pipeline has room.
                 std::thread::sleep(ROOM_WAIT);
             } else {
-                let timeout = Duration::from_millis(if full { 20 } else { 100 });
+                self.polled_at = Some(now);
+                let timeout = Duration::from_millis(if stall || over_budget { 20 } else { 100 });
                 match self.consumer.poll(timeout) {
                     Some(Ok(m)) => {
                         self.accept(&m);
@@ -227,31 +235,48 @@ impl Poller {
         Ok(())
     }
 
-    /// Pauses every partition (`all`: the pipeline is full, or draining), or
-    /// those of the congested tables' topics, once the wish has held through
-    /// [`PAUSE_GRACE`]; resumes the others.
-    pub(super) fn set_paused(&mut self, all: bool, now: Instant) -> Result<(), SourceError> {
+    /// Pauses every partition (`all`: the byte budget is reached, or the
+    /// source drains), or those of the congested tables' topics while other
+    /// partitions flow, once the wish has held through [`PAUSE_GRACE`];
+    /// resumes the others. Returns whether the source stalls instead (the
+    /// channel is `full`, or every partition it holds feeds a congested table).
+    pub(super) fn set_paused(
+        &mut self,
+        all: bool,
+        full: bool,
+        now: Instant,
+    ) -> Result<bool, SourceError> {
         let changes = self.opts.congestion.changes();
         if changes != self.congestion_seen {
             self.congestion_seen = changes;
             self.congested = self.opts.congestion.congested_topics();
         }
-        let mut pausing = self.ctx().pausing.lock();
-        if pausing.wants(all, &self.congested, now) {
-            return Ok(());
-        }
-        let want = Want {
-            all,
-            topics: self.congested.clone(),
+        let assigned = if self.congested.is_empty() {
+            None
+        } else {
+            Some(tps_of(&self.consumer.assignment()?))
         };
-        let assigned = tps_of(&self.consumer.assignment()?);
+        let (want, stall) = wish(
+            all,
+            full,
+            &self.congested,
+            assigned.as_deref().unwrap_or(&[]),
+        );
+        let mut pausing = self.ctx().pausing.lock();
+        if pausing.wants(want.all, &want.topics, now) {
+            return Ok(stall);
+        }
+        let assigned = match assigned {
+            Some(a) => a,
+            None => tps_of(&self.consumer.assignment()?),
+        };
         let plan = pausing.set(want, &assigned, now);
         if !plan.is_empty() {
             debug!(all, congested = ?self.congested, paused = plan.pause.len(),
                 resumed = plan.resume.len(), "pausing partitions");
         }
         apply(&self.consumer, &plan)?;
-        Ok(())
+        Ok(stall)
     }
 
     /// For newly assigned partitions: the committed offset (or where the reset
@@ -307,7 +332,7 @@ impl Poller {
         let ctx = self.consumer.context().clone();
         ctx.drop_held(|_, _| true);
         ctx.pausing.lock().no_grace();
-        let _ = self.set_paused(true, Instant::now());
+        let _ = self.set_paused(true, false, Instant::now());
         let wait = if self.abort.is_cancelled() {
             Duration::ZERO
         } else {
