@@ -15,10 +15,16 @@
 //! raw consume of the same size. One run, side by side; the machine is shared
 //! and noisy, so compare within a run.
 //!
+//! Memory: one worker's resident memory (VmRSS, sampled every half second)
+//! on topics of 100k and 1M records of 1 KB, through the stand-in until
+//! caught up, and through a slow stand-in (`--wcu 500`: its buffers fill)
+//! for 40 s before a SIGTERM. Flat means: the same from 100k to 1M.
+//!
 //! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000),
 //! BENCH_SIZES ("200,1024,4096"), BENCH_LATENCIES ("0,5") and BENCH_WORKERS
-//! ("1,2") narrow a run. `make bench-pipeline` builds with the release
-//! profile (a dev build measures the compiler's debug code, not the worker).
+//! ("1,2") narrow the speed rows, BENCH_MEMORY ("100000,1000000"; "" skips)
+//! the memory rows. `make bench-pipeline` builds with the release profile
+//! (a dev build measures the compiler's debug code, not the worker).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -141,6 +147,116 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
     })
 }
 
+/// A process's resident memory now, MB (VmRSS).
+fn rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Rewrites one `key = ...` line of the setup's config.
+fn set_line(s: &Setup, key: &str, value: &str) {
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{key} =")))
+        .unwrap_or_else(|| panic!("no {key} in the setup's config"))
+        .to_string();
+    let text = text.replace(&line, &format!("{key} = {value}"));
+    std::fs::write(&s.config, text).unwrap();
+}
+
+/// One memory row: a worker of a fresh group on the setup's topic of `n`
+/// records, through `proxy`; until caught up, or for `for_s` seconds then
+/// SIGTERM. VmRSS is sampled every 500 ms.
+fn memory_row(
+    s: &Setup,
+    n: usize,
+    proxy: &ThrottleProxy,
+    table: &str,
+    for_s: Option<u64>,
+) -> Value {
+    set_line(s, "group_id", &format!("\"{}\"", unique("mem")));
+    set_line(s, "endpoint_url", &format!("\"{}\"", proxy.endpoint()));
+    let w = s.spawn(for_s.is_none());
+    let pid = w.child.id();
+    let started = Instant::now();
+    let mut samples: Vec<(f64, f64)> = Vec::new();
+    let deadline = for_s.map(|f| started + Duration::from_secs(f));
+    // Until it exits (no /proc entry), or the deadline.
+    while let Some(mb) = rss_mb(pid) {
+        samples.push((started.elapsed().as_secs_f64(), mb));
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    if for_s.is_some() {
+        w.signal("TERM");
+    }
+    let (_, summary) = w.wait(Duration::from_secs(1_800));
+    let summary = summary.expect("the worker's summary");
+    // The second half of the run: buffers full (slow) or steady (stand-in).
+    let half = samples.last().map_or(0.0, |l| l.0 / 2.0);
+    let mut late: Vec<f64> = samples
+        .iter()
+        .filter(|x| x.0 >= half)
+        .map(|x| x.1)
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        late.get(((late.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    json!({
+        "case": "memory", "table": table, "records": n, "size_b": 1024,
+        "written": summary["items_written"], "elapsed_s": summary["elapsed_s"],
+        "rss_mb_median_late": pick(0.5), "rss_mb_max_late": pick(1.0),
+        "peak_rss_mb": summary["peak_rss_mb"],
+        "samples": samples.iter().map(|(t, m)| json!([(t * 10.0).round() / 10.0, (m * 10.0).round() / 10.0])).collect::<Vec<_>>(),
+    })
+}
+
+/// The memory rows for a topic of `n` records of 1 KB.
+async fn memory_rows(n: usize) -> Vec<Value> {
+    let s = Setup::build(PARTITIONS, "", None).await;
+    produce_all(&s.topic, records(n, 1024, "m-")).await;
+    let fast = ThrottleProxy::stand_in(&[]);
+    let slow = ThrottleProxy::stand_in(&["--wcu", "500"]);
+    tokio::task::block_in_place(|| {
+        vec![
+            memory_row(&s, n, &fast, "stand-in, until caught up", None),
+            memory_row(&s, n, &slow, "stand-in at 500 WCU/s, 40 s", Some(40)),
+        ]
+    })
+}
+
+fn memory_markdown(rows: &[Value]) -> String {
+    let mut md = String::from(
+        "\n| records of 1 KB | table | written | RSS MB, second half: median | max | peak RSS MB |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rows.iter().filter(|r| r["case"] == "memory") {
+        let num = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.1}"));
+        md += &format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            r["records"],
+            r["table"].as_str().unwrap_or(""),
+            r["written"],
+            num("rss_mb_median_late"),
+            num("rss_mb_max_late"),
+            num("peak_rss_mb"),
+        );
+    }
+    md
+}
+
 fn markdown(rows: &[Value]) -> String {
     let mut md = String::from(
         "| case | record | latency | workers | records/s | WCU/s | x raw consume | CPU s / 100k | stand-in CPU s / 100k | peak RSS MB | items/request |\n\
@@ -151,7 +267,7 @@ fn markdown(rows: &[Value]) -> String {
             .find(|r| r["case"] == "raw consume" && r["size_b"] == *size)
             .and_then(|r| r["records_per_s"].as_f64())
     };
-    for r in rows {
+    for r in rows.iter().filter(|r| r["case"] != "memory") {
         let f = |k: &str| r[k].as_f64();
         let num = |k: &str, d: usize| f(k).map_or("-".into(), |v| format!("{v:.d$}"));
         let ratio = match (r["case"].as_str(), f("records_per_s"), raw(&r["size_b"])) {
@@ -185,7 +301,7 @@ fn list<T: std::str::FromStr>(key: &str, default: &str) -> Vec<T> {
         .collect()
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "multi_thread")]
 async fn main() {
     require_stack();
     let n: usize = list("BENCH_RECORDS", "100000")[0];
@@ -196,7 +312,7 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut rows: Vec<Value> = Vec::new();
     let save = |rows: &[Value]| {
-        let md = markdown(rows);
+        let md = markdown(rows) + &memory_markdown(rows);
         std::fs::write(dir.join("pipeline.md"), &md).unwrap();
         std::fs::write(
             dir.join("pipeline.json"),
@@ -230,6 +346,15 @@ async fn main() {
                 rows.push(row);
                 save(&rows);
             }
+        }
+    }
+    for n in list::<usize>("BENCH_MEMORY", "100000,1000000") {
+        for row in memory_rows(n).await {
+            let mut brief = row.clone();
+            brief["samples"] = Value::Null;
+            eprintln!("{brief}");
+            rows.push(row);
+            save(&rows);
         }
     }
     let md = save(&rows);

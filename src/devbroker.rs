@@ -6,7 +6,9 @@
 //! on a fixed loopback address and makes the broker advertise that address,
 //! so configs can name a stable `bootstrap.servers`. The group's initial
 //! rebalance delay is set to 0 (the mock's default makes every first join
-//! wait 3 s). Not for production: no durability, one broker.
+//! wait 3 s). Not for production: no durability, one broker, and each
+//! partition keeps only its last 5 MB or 100,000 records (librdkafka's
+//! `rdkafka_mock.c` drops older ones; the log start moves past them).
 
 use std::ffi::{CStr, CString};
 use std::net::SocketAddr;

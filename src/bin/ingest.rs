@@ -52,7 +52,8 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Run an embedded Kafka broker (librdkafka's mock cluster; in memory).
+    /// Run an embedded Kafka broker (librdkafka's mock cluster; in memory,
+    /// keeping only the last 5 MB or 100,000 records of each partition).
     DevBroker {
         /// Fixed address to serve the broker on.
         #[arg(long, default_value = "127.0.0.1:19092")]

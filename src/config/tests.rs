@@ -24,7 +24,7 @@ fn minimal_config_gets_defaults() {
     assert_eq!(s.kafka.commit_interval, Duration::from_secs(2));
     assert_eq!(s.routes[0].key_mode, KeyMode::Record);
     assert_eq!(s.routes[0].key.as_ref().unwrap().hash.kind, KeyType::S);
-    assert_eq!(s.dynamodb.max_in_flight_batches, 4);
+    assert_eq!(s.dynamodb.max_in_flight_batches, 8);
 }
 
 #[test]
