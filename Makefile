@@ -18,7 +18,9 @@ export AWS_REGION ?= us-east-1
 .SILENT: run stack tansu stop
 .PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics bench-pipeline chaos fuzz
 
+# System packages first (libssl-dev, pkg-config, stunnel4, openssl; once).
 build:
+	bash localstack/install-system.sh
 	$(CARGO) build
 
 # Start LocalStack (and tansu when BROKER=tansu).
@@ -92,6 +94,7 @@ bench-metrics: build stack tansu
 # Its broker is a tansu of its own with fresh data on 127.0.0.1:9094 (the
 # tests' SQLite file grows with every run, and its reads slow down with it).
 bench-pipeline: stack
+	bash localstack/install-system.sh
 	TANSU_NAME=tansu-bench TANSU_PORT=9094 TANSU_FRESH=1 bash localstack/tansu.sh
 	trap 'kill $$(cat $(RUN_DIR)/tansu-bench.pid) 2>/dev/null; rm -f $(RUN_DIR)/tansu-bench.pid' EXIT
 	INGEST_TEST_BROKERS=127.0.0.1:9094 $(CARGO) bench --bench pipeline

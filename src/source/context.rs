@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, TopicPartitionList};
 use tracing::warn;
@@ -21,6 +22,9 @@ use crate::offsets::TopicPartition;
 use crate::ops::live::Live;
 use crate::record::Record;
 use crate::telemetry::{events, Counters};
+
+/// How many distinct librdkafka errors a context keeps.
+const ERRORS_KEPT: usize = 3;
 
 pub(super) struct Ctx {
     pub(super) acks: Arc<Acks>,
@@ -44,9 +48,37 @@ pub(super) struct Ctx {
     pub(super) partitions: Mutex<HashMap<String, usize>>,
     pub(super) assignment: tokio::sync::watch::Sender<Assignment>,
     pub(super) live: Arc<Live>,
+    /// The last few distinct errors librdkafka reported about the cluster
+    /// (say, a TLS handshake refused): named when it cannot be reached.
+    pub(super) errors: Mutex<Vec<String>>,
 }
 
 impl ClientContext for Ctx {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        warn!(error = %error, reason, "librdkafka error");
+        self.note_error(reason);
+    }
+
+    /// librdkafka's log lines, at their level; errors and warnings are also
+    /// kept (they come from its threads, before any poll: a refused TLS
+    /// handshake is told here first).
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}");
+            }
+            L::Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            L::Notice | L::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}");
+            }
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+        if level as i32 <= L::Warning as i32 {
+            self.note_error(message);
+        }
+    }
+
     /// Consumer lag of each held partition (librdkafka: end offset minus the
     /// committed offset), for the metrics endpoint.
     fn stats(&self, stats: rdkafka::Statistics) {
@@ -97,6 +129,25 @@ impl ConsumerContext for Ctx {
 }
 
 impl Ctx {
+    /// Keeps `message` among the last [`ERRORS_KEPT`] distinct errors.
+    fn note_error(&self, message: &str) {
+        let mut errors = self.errors.lock();
+        errors.retain(|e| e != message);
+        errors.push(message.to_string());
+        let over = errors.len().saturating_sub(ERRORS_KEPT);
+        errors.drain(..over);
+    }
+
+    /// The errors kept, oldest first, as " (librdkafka: a; b)", or empty.
+    pub(super) fn errors_told(&self) -> String {
+        let errors = self.errors.lock();
+        if errors.is_empty() {
+            String::new()
+        } else {
+            format!(" (librdkafka: {})", errors.join("; "))
+        }
+    }
+
     pub(super) fn new(
         acks: Arc<Acks>,
         counters: Arc<Counters>,
@@ -108,6 +159,7 @@ impl Ctx {
             acks,
             held: Mutex::new(VecDeque::new()),
             pausing: Mutex::new(Pausing::new(super::poller::PAUSE_GRACE)),
+            errors: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
             assigned_once: AtomicBool::new(false),
             unassigned_since: Mutex::new(Some(Instant::now())),

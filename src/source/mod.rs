@@ -73,8 +73,10 @@ pub enum SourceExit {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// `cause`: the failed request, and what librdkafka reported meanwhile
+    /// (a refused TLS handshake, say).
     #[error("cannot reach Kafka at {brokers}: {cause}")]
-    Unreachable { brokers: String, cause: KafkaError },
+    Unreachable { brokers: String, cause: String },
     #[error("topics missing on the Kafka cluster at {brokers}: {topics:?} (create them first)")]
     MissingTopics {
         brokers: String,
@@ -260,18 +262,32 @@ pub(super) fn starts_at_end(kafka: &KafkaSettings) -> bool {
         .is_some_and(|v| v == "latest" || v == "largest" || v == "end")
 }
 
+/// How long each metadata request of the start-up check waits.
+const METADATA_SLICE: Duration = Duration::from_millis(500);
+
 /// Checks that every topic exists; returns each topic's partition count.
 fn check_topics(
     consumer: &BaseConsumer<Ctx>,
     opts: &SourceOptions,
 ) -> Result<HashMap<String, usize>, SourceError> {
     let brokers = opts.kafka.brokers.clone();
-    let md = consumer
-        .fetch_metadata(None, opts.kafka.metadata_timeout)
-        .map_err(|cause| SourceError::Unreachable {
-            brokers: brokers.clone(),
-            cause,
-        })?;
+    // Asked in slices, serving the consumer's queue between them: librdkafka
+    // hands its logs and errors (a refused TLS handshake, say) to the queue,
+    // so by the deadline the reason is known.
+    let deadline = Instant::now() + opts.kafka.metadata_timeout;
+    let md = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.fetch_metadata(None, left.min(METADATA_SLICE)) {
+            Err(_) if left > METADATA_SLICE => {
+                let _ = consumer.poll(Duration::from_millis(50));
+            }
+            other => break other,
+        }
+    };
+    let md = md.map_err(|cause| SourceError::Unreachable {
+        brokers: brokers.clone(),
+        cause: format!("{cause}{}", consumer.context().errors_told()),
+    })?;
     let counts: HashMap<String, usize> = md
         .topics()
         .iter()

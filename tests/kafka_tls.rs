@@ -1,0 +1,326 @@
+//! Kafka over TLS, for real: a tansu of its own behind stunnel (TLS on one
+//! port, the broker advertising that port), with a CA and a server
+//! certificate the test makes with the openssl CLI. The worker reads and
+//! dead-letters over TLS; trusting another CA it exits 1, naming the brokers
+//! and the refused handshake.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message};
+
+/// A child process killed and reaped when dropped.
+struct Owned(Child);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A broker reachable only over TLS: tansu on a loopback port, advertising
+/// stunnel's port in front of it.
+struct TlsBroker {
+    _tansu: Owned,
+    _stunnel: Owned,
+    addr: String,
+    ca: PathBuf,
+    other_ca: PathBuf,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the openssl CLI");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate it signs for 127.0.0.1, and an unrelated CA.
+fn certificates(dir: &Path) {
+    let ca = |name: &str| {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+            ],
+        )
+    };
+    ca("ca");
+    ca("other-ca");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    std::fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+            "-out",
+            "server.pem",
+        ],
+    );
+}
+
+fn tansu_bin() -> PathBuf {
+    let cache = std::env::var_os("INGEST_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("ingest")))
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/ingest"));
+    let bin = cache.join("tansu-0.6.0/bin/tansu");
+    assert!(
+        bin.exists(),
+        "no tansu at {}: run `make test`",
+        bin.display()
+    );
+    bin
+}
+
+fn stunnel_bin() -> &'static str {
+    ["stunnel4", "stunnel"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("-version").output().is_ok())
+        .expect("stunnel is not installed: run `make test` (bash localstack/install-stunnel.sh)")
+}
+
+fn wait_port(port: u16, what: &str) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on 127.0.0.1:{port}");
+}
+
+impl TlsBroker {
+    fn start() -> TlsBroker {
+        let dir = std::env::temp_dir().join(unique("ingest-tls"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir(dir);
+        certificates(&dir.0);
+        let (plain, tls) = (free_port(), free_port());
+        let tansu = Owned(
+            Command::new(tansu_bin())
+                .args(["broker", "--listener-url"])
+                .arg(format!("tcp://127.0.0.1:{plain}"))
+                .arg("--advertised-listener-url")
+                .arg(format!("tcp://127.0.0.1:{tls}"))
+                .args(["--storage-engine", "sqlite://tansu.db"])
+                .current_dir(&dir.0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn tansu"),
+        );
+        let conf = format!(
+            "foreground = yes\npid =\ndebug = warning\n[kafka]\naccept = 127.0.0.1:{tls}\nconnect = 127.0.0.1:{plain}\ncert = {d}/server.pem\nkey = {d}/server.key\n",
+            d = dir.0.display()
+        );
+        std::fs::write(dir.0.join("stunnel.conf"), conf).unwrap();
+        let stunnel = Owned(
+            Command::new(stunnel_bin())
+                .arg(dir.0.join("stunnel.conf"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn stunnel"),
+        );
+        wait_port(plain, "tansu");
+        wait_port(tls, "stunnel");
+        TlsBroker {
+            _tansu: tansu,
+            _stunnel: stunnel,
+            addr: format!("127.0.0.1:{tls}"),
+            ca: dir.0.join("ca.pem"),
+            other_ca: dir.0.join("other-ca.pem"),
+            _dir: dir,
+        }
+    }
+
+    /// A client config for this broker, trusting the test's CA.
+    fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.addr)
+            .set("security.protocol", "ssl")
+            .set("ssl.ca.location", self.ca.to_str().unwrap());
+        c
+    }
+
+    async fn create_topics(&self, topics: &[(&str, i32)]) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().unwrap();
+        let new: Vec<NewTopic> = topics
+            .iter()
+            .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
+            .collect();
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
+        for r in admin
+            .create_topics(&new, &opts)
+            .await
+            .expect("create topics over TLS")
+        {
+            r.expect("topic created");
+        }
+    }
+
+    async fn produce(&self, topic: &str, values: &[String]) {
+        let producer: FutureProducer = self.client().create().unwrap();
+        for (i, v) in values.iter().enumerate() {
+            let key = format!("k{i}");
+            producer
+                .send(
+                    FutureRecord::to(topic).key(&key).payload(v),
+                    Duration::from_secs(20),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .expect("delivered over TLS");
+        }
+    }
+
+    /// Every value of `topic` (one partition), read over TLS.
+    fn read_all(&self, topic: &str, n: usize) -> Vec<String> {
+        let c: BaseConsumer = self
+            .client()
+            .set("group.id", unique("tls-reader"))
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        c.subscribe(&[topic]).unwrap();
+        let mut out = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while out.len() < n && std::time::Instant::now() < deadline {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(500)) {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            }
+        }
+        out
+    }
+}
+
+/// Points the setup's worker at the TLS broker, trusting `ca`.
+fn use_tls(s: &Setup, b: &TlsBroker, ca: &Path) {
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let text = text
+        .replace(&format!("brokers = \"{}\"", brokers()), &format!("brokers = \"{}\"", b.addr))
+        .replace(
+            "[kafka.properties]\n",
+            &format!(
+                "[kafka.properties]\n\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{}\"\n",
+                ca.display()
+            ),
+        );
+    std::fs::write(&s.config, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_worker_reads_and_dead_letters_over_tls() {
+    let b = TlsBroker::start();
+    let s = Setup::new(2, "").await;
+    b.create_topics(&[(&s.topic, 2), (&s.dlq, 1)]).await;
+    let mut values: Vec<String> = (0..200)
+        .map(|i| format!(r#"{{"id":"tls-{i}","n":{i}}}"#))
+        .collect();
+    values.push("not json".into());
+    b.produce(&s.topic, &values).await;
+    use_tls(&s, &b, &b.ca);
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0));
+    let summary = summary.expect("summary");
+    assert_eq!(summary["items_written"], 200, "{summary}");
+    assert_eq!(summary["dead_lettered"], 1, "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 200);
+    let dead = b.read_all(&s.dlq, 1);
+    assert_eq!(
+        dead,
+        vec!["not json".to_string()],
+        "the dead letter, over TLS"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_certificate_from_another_ca_is_refused_by_name() {
+    let b = TlsBroker::start();
+    let s = Setup::new(1, "").await;
+    use_tls(&s, &b, &b.other_ca);
+    let w = s.spawn_with_env(true, &[("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000")]);
+    let logs = w.logs.clone();
+    let (code, _) = w.wait(Duration::from_secs(60));
+    let text = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(code, Some(1), "{text}");
+    // The exit's own error names the brokers and why.
+    let told = text
+        .lines()
+        .find(|l| l.contains("worker failed"))
+        .unwrap_or_else(|| panic!("no exit error: {text}"));
+    assert!(
+        told.contains(&format!("cannot reach Kafka at {}", b.addr))
+            && told.contains("certificate verify failed"),
+        "{told}"
+    );
+}
