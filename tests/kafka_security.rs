@@ -1,8 +1,10 @@
-//! Kafka over TLS, for real: a tansu of its own behind stunnel (TLS on one
+//! Kafka security, for real: a tansu of its own behind stunnel (TLS on one
 //! port, the broker advertising that port), with a CA and a server
-//! certificate the test makes with the openssl CLI. The worker reads and
-//! dead-letters over TLS; trusting another CA it exits 1, naming the brokers
-//! and the refused handshake.
+//! certificate the test makes with the openssl CLI, and, for SASL, tansu's
+//! own SCRAM users (`tansu user create`, then `--authentication`). The worker
+//! reads and dead-letters over TLS, and over SASL_SSL with SCRAM-SHA-512;
+//! trusting another CA, or with a wrong password, it exits 1 naming the
+//! brokers and why, and never prints the password.
 
 mod common;
 
@@ -28,13 +30,15 @@ impl Drop for Owned {
 }
 
 /// A broker reachable only over TLS: tansu on a loopback port, advertising
-/// stunnel's port in front of it.
+/// stunnel's port in front of it; with a SCRAM user, it requires SASL.
 struct TlsBroker {
     _tansu: Owned,
     _stunnel: Owned,
     addr: String,
     ca: PathBuf,
     other_ca: PathBuf,
+    /// The SCRAM-SHA-512 user (name, password) it requires, if any.
+    user: Option<(String, String)>,
     _dir: TempDir,
 }
 
@@ -152,26 +156,50 @@ fn wait_port(port: u16, what: &str) {
     panic!("{what} did not listen on 127.0.0.1:{port}");
 }
 
+fn start_tansu(dir: &Path, plain: u16, tls: u16, authentication: bool) -> Owned {
+    let mut cmd = Command::new(tansu_bin());
+    cmd.args(["broker", "--listener-url"])
+        .arg(format!("tcp://127.0.0.1:{plain}"))
+        .arg("--advertised-listener-url")
+        .arg(format!("tcp://127.0.0.1:{tls}"))
+        .args(["--storage-engine", "sqlite://tansu.db"])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if authentication {
+        cmd.arg("--authentication");
+    }
+    let child = Owned(cmd.spawn().expect("spawn tansu"));
+    wait_port(plain, "tansu");
+    child
+}
+
 impl TlsBroker {
-    fn start() -> TlsBroker {
+    /// `user`: a SCRAM-SHA-512 user to create and require.
+    fn start(user: Option<(&str, &str)>) -> TlsBroker {
         let dir = std::env::temp_dir().join(unique("ingest-tls"));
         std::fs::create_dir_all(&dir).unwrap();
         let dir = TempDir(dir);
         certificates(&dir.0);
         let (plain, tls) = (free_port(), free_port());
-        let tansu = Owned(
-            Command::new(tansu_bin())
-                .args(["broker", "--listener-url"])
+        let mut tansu = start_tansu(&dir.0, plain, tls, false);
+        if let Some((name, password)) = user {
+            // Users are created through an open broker, which then restarts
+            // on the same data requiring them.
+            let out = Command::new(tansu_bin())
+                .args(["user", "create", "--mechanism", "scram512", "--broker"])
                 .arg(format!("tcp://127.0.0.1:{plain}"))
-                .arg("--advertised-listener-url")
-                .arg(format!("tcp://127.0.0.1:{tls}"))
-                .args(["--storage-engine", "sqlite://tansu.db"])
-                .current_dir(&dir.0)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn tansu"),
-        );
+                .args([name, password])
+                .output()
+                .expect("tansu user create");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            drop(tansu);
+            tansu = start_tansu(&dir.0, plain, tls, true);
+        }
         let conf = format!(
             "foreground = yes\npid =\ndebug = warning\n[kafka]\naccept = 127.0.0.1:{tls}\nconnect = 127.0.0.1:{plain}\ncert = {d}/server.pem\nkey = {d}/server.key\n",
             d = dir.0.display()
@@ -185,7 +213,6 @@ impl TlsBroker {
                 .spawn()
                 .expect("spawn stunnel"),
         );
-        wait_port(plain, "tansu");
         wait_port(tls, "stunnel");
         TlsBroker {
             _tansu: tansu,
@@ -193,16 +220,25 @@ impl TlsBroker {
             addr: format!("127.0.0.1:{tls}"),
             ca: dir.0.join("ca.pem"),
             other_ca: dir.0.join("other-ca.pem"),
+            user: user.map(|(n, p)| (n.to_string(), p.to_string())),
             _dir: dir,
         }
     }
 
-    /// A client config for this broker, trusting the test's CA.
+    /// A client config for this broker, trusting the test's CA (and its
+    /// user's, if it requires one).
     fn client(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.addr)
-            .set("security.protocol", "ssl")
             .set("ssl.ca.location", self.ca.to_str().unwrap());
+        match &self.user {
+            None => c.set("security.protocol", "ssl"),
+            Some((name, password)) => c
+                .set("security.protocol", "sasl_ssl")
+                .set("sasl.mechanisms", "SCRAM-SHA-512")
+                .set("sasl.username", name)
+                .set("sasl.password", password),
+        };
         c
     }
 
@@ -257,34 +293,68 @@ impl TlsBroker {
     }
 }
 
-/// Points the setup's worker at the TLS broker, trusting `ca`.
-fn use_tls(s: &Setup, b: &TlsBroker, ca: &Path) {
+/// Points the setup's worker at the TLS broker, trusting `ca`, as `user`
+/// (its password given in the environment, as a user would).
+fn use_tls(s: &Setup, b: &TlsBroker, ca: &Path, user: Option<&str>) {
+    let mut props = format!(
+        "[kafka.properties]\n\"security.protocol\" = \"{}\"\n\"ssl.ca.location\" = \"{}\"\n",
+        if user.is_some() { "SASL_SSL" } else { "SSL" },
+        ca.display()
+    );
+    if let Some(name) = user {
+        props +=
+            &format!("\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{name}\"\n");
+    }
     let text = std::fs::read_to_string(&s.config).unwrap();
     let text = text
-        .replace(&format!("brokers = \"{}\"", brokers()), &format!("brokers = \"{}\"", b.addr))
         .replace(
-            "[kafka.properties]\n",
-            &format!(
-                "[kafka.properties]\n\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{}\"\n",
-                ca.display()
-            ),
-        );
+            &format!("brokers = \"{}\"", brokers()),
+            &format!("brokers = \"{}\"", b.addr),
+        )
+        .replace("[kafka.properties]\n", &props);
     std::fs::write(&s.config, text).unwrap();
+}
+
+/// Records of the test: `n` good ones and one that is not JSON.
+fn values(n: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"id":"tls-{i}","n":{i}}}"#))
+        .collect();
+    v.push("not json".into());
+    v
+}
+
+/// Runs a worker to its exit; (exit code, summary, every log line).
+fn run(s: &Setup, env: &[(&str, &str)]) -> (Option<i32>, Option<serde_json::Value>, String) {
+    let w = s.spawn_with_env(true, env);
+    let logs = w.logs.clone();
+    let (code, summary) = w.wait(Duration::from_secs(120));
+    let text = logs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (code, summary, text)
+}
+
+/// The exit's own error line.
+fn exit_error(text: &str) -> &str {
+    text.lines()
+        .find(|l| l.contains("worker failed"))
+        .unwrap_or_else(|| panic!("no exit error: {text}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_worker_reads_and_dead_letters_over_tls() {
-    let b = TlsBroker::start();
+    let b = TlsBroker::start(None);
     let s = Setup::new(2, "").await;
     b.create_topics(&[(&s.topic, 2), (&s.dlq, 1)]).await;
-    let mut values: Vec<String> = (0..200)
-        .map(|i| format!(r#"{{"id":"tls-{i}","n":{i}}}"#))
-        .collect();
-    values.push("not json".into());
-    b.produce(&s.topic, &values).await;
-    use_tls(&s, &b, &b.ca);
-    let (code, summary) = s.spawn(true).wait(Duration::from_secs(120));
-    assert_eq!(code, Some(0));
+    b.produce(&s.topic, &values(200)).await;
+    use_tls(&s, &b, &b.ca, None);
+    let (code, summary, text) = run(&s, &[]);
+    assert_eq!(code, Some(0), "{text}");
     let summary = summary.expect("summary");
     assert_eq!(summary["items_written"], 200, "{summary}");
     assert_eq!(summary["dead_lettered"], 1, "{summary}");
@@ -299,28 +369,59 @@ async fn the_worker_reads_and_dead_letters_over_tls() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broker_certificate_from_another_ca_is_refused_by_name() {
-    let b = TlsBroker::start();
+    let b = TlsBroker::start(None);
     let s = Setup::new(1, "").await;
-    use_tls(&s, &b, &b.other_ca);
-    let w = s.spawn_with_env(true, &[("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000")]);
-    let logs = w.logs.clone();
-    let (code, _) = w.wait(Duration::from_secs(60));
-    let text = logs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
+    use_tls(&s, &b, &b.other_ca, None);
+    let (code, _, text) = run(&s, &[("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000")]);
     assert_eq!(code, Some(1), "{text}");
-    // The exit's own error names the brokers and why.
-    let told = text
-        .lines()
-        .find(|l| l.contains("worker failed"))
-        .unwrap_or_else(|| panic!("no exit error: {text}"));
+    let told = exit_error(&text);
     assert!(
         told.contains(&format!("cannot reach Kafka at {}", b.addr))
             && told.contains("certificate verify failed"),
         "{told}"
     );
+}
+
+const PASSWORD: &str = "s3cret-6f1d9a";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_worker_authenticates_with_scram_over_tls_and_never_prints_the_password() {
+    let b = TlsBroker::start(Some(("ingest", PASSWORD)));
+    let s = Setup::new(2, "").await;
+    b.create_topics(&[(&s.topic, 2), (&s.dlq, 1)]).await;
+    b.produce(&s.topic, &values(50)).await;
+    use_tls(&s, &b, &b.ca, Some("ingest"));
+    let (code, summary, text) = run(
+        &s,
+        &[("INGEST__KAFKA__PROPERTIES__SASL_PASSWORD", PASSWORD)],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let summary = summary.expect("summary");
+    assert_eq!(summary["items_written"], 50, "{summary}");
+    assert_eq!(summary["dead_lettered"], 1, "{summary}");
+    assert_eq!(b.read_all(&s.dlq, 1), vec!["not json".to_string()]);
+    assert!(!text.contains(PASSWORD), "the password was printed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_scram_password_is_refused_by_name() {
+    let b = TlsBroker::start(Some(("ingest", PASSWORD)));
+    let s = Setup::new(1, "").await;
+    use_tls(&s, &b, &b.ca, Some("ingest"));
+    let wrong = "not-the-password-41c2";
+    let (code, _, text) = run(
+        &s,
+        &[
+            ("INGEST__KAFKA__PROPERTIES__SASL_PASSWORD", wrong),
+            ("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let told = exit_error(&text);
+    assert!(
+        told.contains(&format!("cannot reach Kafka at {}", b.addr))
+            && told.contains("SCRAM authentication failed"),
+        "{told}"
+    );
+    assert!(!text.contains(wrong), "the password was printed");
 }
