@@ -26,6 +26,7 @@
 //!   linear, exponential, Heroku's family, adaptive) as pure state machines,
 //!   the pacer, and the per-table control.
 //! - [`dlq`]: the dead-letter topic for records that can never be written.
+//! - [`msk_iam`]: the token of AWS MSK IAM authentication (a presigned URL).
 //! - [`worker`]: the wiring of all of the above, and bounded shutdown.
 //! - [`telemetry`]: logs and counters.
 //! - [`ops`]: what operators see: `/metrics` (Prometheus), `/healthz`,
@@ -45,6 +46,7 @@ pub mod congestion;
 pub mod decode;
 pub mod devbroker;
 pub mod dlq;
+pub mod msk_iam;
 pub mod offsets;
 pub mod ops;
 pub mod pipeline;

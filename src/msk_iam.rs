@@ -1,0 +1,167 @@
+//! AWS MSK IAM authentication's token: what a client sends as its
+//! SASL/OAUTHBEARER token to an MSK cluster with IAM access control.
+//!
+//! The token is a SigV4-presigned URL of the `kafka-cluster:Connect` action,
+//! built as AWS's own signers build it (aws-msk-iam-sasl-signer-python and
+//! -go): `GET https://kafka.<region>.amazonaws.com/?Action=kafka-cluster%3AConnect`,
+//! signed in the query string for the service `kafka-cluster` (only the
+//! `host` header, the empty payload's hash, `X-Amz-Expires=900`, the session
+//! token signed in when there is one), then a `User-Agent` parameter
+//! appended after signing, and the whole URL base64url-encoded without
+//! padding. It expires 900 s after its signing time. Pure: credentials and
+//! time are passed in (the caller gets them from aws-config's chain and
+//! refreshes the token before it expires).
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
+};
+use aws_sigv4::sign::v4;
+use base64::Engine;
+
+/// How long a token is valid after its signing time (AWS's signers: 900 s).
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(900);
+
+/// The `User-Agent` parameter the token carries.
+pub const USER_AGENT: &str = concat!("ingest/", env!("CARGO_PKG_VERSION"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum MskIamError {
+    #[error("MSK IAM token for region {region}: cannot sign: {cause}")]
+    Sign { region: String, cause: String },
+}
+
+/// A signed token and when it expires (milliseconds since the Unix epoch,
+/// as librdkafka wants it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    pub value: String,
+    pub expires_ms: i64,
+}
+
+/// The token for an MSK cluster in `region`, signed with `credentials` at
+/// `now`.
+pub fn token(
+    credentials: &Credentials,
+    region: &str,
+    now: SystemTime,
+) -> Result<Token, MskIamError> {
+    let err = |cause: &dyn std::fmt::Display| MskIamError::Sign {
+        region: region.to_string(),
+        cause: cause.to_string(),
+    };
+    let host = format!("kafka.{region}.amazonaws.com");
+    let url = format!("https://{host}/?Action=kafka-cluster%3AConnect");
+    let mut settings = SigningSettings::default();
+    settings.signature_location = SignatureLocation::QueryParams;
+    settings.expires_in = Some(TOKEN_LIFETIME);
+    let identity = credentials.clone().into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("kafka-cluster")
+        .time(now)
+        .settings(settings)
+        .build()
+        .map_err(|e| err(&e))?
+        .into();
+    let request = SignableRequest::new(
+        "GET",
+        &url,
+        std::iter::once(("host", host.as_str())),
+        SignableBody::Bytes(&[]),
+    )
+    .map_err(|e| err(&e))?;
+    let (instructions, _) = sign(request, &params).map_err(|e| err(&e))?.into_parts();
+    // In the order AWS's signers write them: the signature last.
+    let mut params: Vec<_> = instructions.params().to_vec();
+    params.sort_by_key(|(name, _)| *name == "X-Amz-Signature");
+    let mut signed = url;
+    for (name, value) in &params {
+        push_param(&mut signed, name, value);
+    }
+    push_param(&mut signed, "User-Agent", &Cow::Borrowed(USER_AGENT));
+    let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed);
+    let signed_at = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    Ok(Token {
+        value,
+        expires_ms: (signed_at + TOKEN_LIFETIME).as_millis() as i64,
+    })
+}
+
+/// Appends `&name=value`, the value percent-encoded as SigV4 encodes query
+/// values (everything but `A-Z a-z 0-9 - _ . ~`).
+fn push_param(url: &mut String, name: &str, value: &str) {
+    url.push('&');
+    url.push_str(name);
+    url.push('=');
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            url.push(b as char);
+        } else {
+            url.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(t: &Token) -> String {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&t.value)
+            .unwrap();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_token_is_a_presigned_connect_url_for_fifteen_minutes() {
+        let creds = Credentials::new(
+            "AKIDEXAMPLE",
+            "secret/key+x",
+            Some("tok/en".into()),
+            None,
+            "test",
+        );
+        let at = UNIX_EPOCH + Duration::from_secs(1_795_478_400); // 2026-11-24T00:00:00Z
+        let t = token(&creds, "eu-west-1", at).unwrap();
+        assert!(!t.value.contains('=') && !t.value.contains('+') && !t.value.contains('/'));
+        assert_eq!(t.expires_ms, (1_795_478_400 + 900) * 1000);
+        let url = decode(&t);
+        assert!(
+            url.starts_with(
+                "https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"
+            ),
+            "{url}"
+        );
+        for part in [
+            "X-Amz-Algorithm=AWS4-HMAC-SHA256",
+            "X-Amz-Credential=AKIDEXAMPLE%2F20261124%2Feu-west-1%2Fkafka-cluster%2Faws4_request",
+            "X-Amz-Date=20261124T000000Z",
+            "X-Amz-Expires=900",
+            "X-Amz-SignedHeaders=host",
+            "X-Amz-Security-Token=tok%2Fen",
+            "X-Amz-Signature=",
+        ] {
+            assert!(url.contains(part), "{part} missing from {url}");
+        }
+        assert!(
+            url.ends_with(&format!(
+                "&User-Agent=ingest%2F{}",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{url}"
+        );
+        assert!(
+            !url.contains("secret"),
+            "the secret key is never in the token"
+        );
+        // Another moment signs differently.
+        let later = token(&creds, "eu-west-1", at + Duration::from_secs(1)).unwrap();
+        assert_ne!(later.value, t.value);
+    }
+}
