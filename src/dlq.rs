@@ -27,6 +27,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::msk_iam::{AuthContext, MskIamTokens};
 use tracing::warn;
 
 use crate::acks::Acks;
@@ -109,6 +111,7 @@ pub fn producer_config(kafka: &KafkaSettings) -> ClientConfig {
             cfg.set(k, v);
         }
     }
+    crate::msk_iam::configure(&mut cfg, kafka);
     cfg.set("acks", "all")
         .set("message.timeout.ms", "30000")
         .set("request.timeout.ms", "15000");
@@ -138,7 +141,7 @@ const CONSUMER_ONLY: &[&str] = &[
 ];
 
 /// The Kafka producer behind [`DeadLetters`].
-struct Producer(FutureProducer);
+struct Producer(FutureProducer<AuthContext>);
 
 impl Publish for Producer {
     fn publish<'a>(&'a self, topic: &'a str, letter: &'a Letter) -> PublishFuture<'a> {
@@ -198,8 +201,12 @@ fn classify(e: &KafkaError) -> Refusal {
 
 impl DeadLetters {
     /// The dead-letter producer of the worker.
-    pub fn new(kafka: &KafkaSettings) -> Result<Self, KafkaError> {
-        let producer: FutureProducer = producer_config(kafka).create()?;
+    pub fn new(
+        kafka: &KafkaSettings,
+        tokens: Option<std::sync::Arc<MskIamTokens>>,
+    ) -> Result<Self, KafkaError> {
+        let producer: FutureProducer<AuthContext> =
+            producer_config(kafka).create_with_context(AuthContext { tokens })?;
         Ok(Self::with(
             std::sync::Arc::new(Producer(producer)),
             &kafka.dead_letter_topic,

@@ -32,6 +32,10 @@ pub const USER_AGENT: &str = concat!("ingest/", env!("CARGO_PKG_VERSION"));
 pub enum MskIamError {
     #[error("MSK IAM token for region {region}: cannot sign: {cause}")]
     Sign { region: String, cause: String },
+    #[error("MSK IAM: no AWS region (set kafka.aws_region or AWS_REGION)")]
+    NoRegion,
+    #[error("MSK IAM token: no AWS credentials: {0}")]
+    NoCredentials(String),
 }
 
 /// A signed token and when it expires (milliseconds since the Unix epoch,
@@ -165,3 +169,109 @@ mod tests {
         assert_ne!(later.value, t.value);
     }
 }
+
+/// Sets what `kafka.auth = "aws-msk-iam"` implies on a client config:
+/// OAUTHBEARER, over SASL_SSL unless the properties chose SASL_PLAINTEXT.
+pub fn configure(cfg: &mut rdkafka::ClientConfig, kafka: &crate::config::KafkaSettings) {
+    if kafka.auth != crate::config::KafkaAuth::AwsMskIam {
+        return;
+    }
+    if !kafka.properties.contains_key("security.protocol") {
+        cfg.set("security.protocol", "SASL_SSL");
+    }
+    cfg.set("sasl.mechanisms", "OAUTHBEARER");
+}
+
+/// Signs tokens for librdkafka's OAUTHBEARER refreshes: credentials from
+/// aws-config's chain (environment, profile, web identity, ECS or EC2 role),
+/// fetched at each refresh (librdkafka asks at 80% of a token's life).
+#[derive(Debug)]
+pub struct MskIamTokens {
+    region: String,
+    credentials: aws_credential_types::provider::SharedCredentialsProvider,
+    runtime: tokio::runtime::Handle,
+}
+
+impl MskIamTokens {
+    /// The signer for `region` (None: the AWS region chain), on the current
+    /// runtime.
+    pub async fn load(region: Option<String>) -> Result<Self, MskIamError> {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(r) = region.filter(|r| !r.trim().is_empty()) {
+            loader = loader.region(aws_config::Region::new(r));
+        }
+        let conf = loader.load().await;
+        let region = conf
+            .region()
+            .map(|r| r.to_string())
+            .filter(|r| !r.trim().is_empty())
+            .ok_or(MskIamError::NoRegion)?;
+        let credentials = conf
+            .credentials_provider()
+            .ok_or_else(|| MskIamError::NoCredentials("no credentials provider".into()))?;
+        Ok(Self {
+            region,
+            credentials,
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    /// A fresh token, as librdkafka takes it. Blocks: librdkafka calls it
+    /// from the thread that polls the client; the credentials are fetched
+    /// on the runtime from a thread of their own (never blocking a runtime
+    /// thread).
+    pub fn oauth_token(&self) -> Result<rdkafka::client::OAuthToken, MskIamError> {
+        use aws_credential_types::provider::ProvideCredentials;
+        let fetched = std::thread::scope(|s| {
+            s.spawn(|| {
+                self.runtime
+                    .block_on(self.credentials.provide_credentials())
+            })
+            .join()
+        })
+        .map_err(|_| MskIamError::NoCredentials("the credentials fetch panicked".into()))?
+        .map_err(|e| {
+            MskIamError::NoCredentials(
+                aws_smithy_types::error::display::DisplayErrorContext(e).to_string(),
+            )
+        })?;
+        let t = token(&fetched, &self.region, SystemTime::now())?;
+        tracing::debug!(region = %self.region, expires_ms = t.expires_ms, "MSK IAM token signed");
+        Ok(rdkafka::client::OAuthToken {
+            token: t.value,
+            principal_name: "ingest".into(),
+            lifetime_ms: t.expires_ms,
+        })
+    }
+}
+
+/// librdkafka's answer for an OAUTHBEARER refresh: an MSK IAM token, or why
+/// there is none.
+pub fn refresh(
+    tokens: Option<&MskIamTokens>,
+) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+    match tokens {
+        Some(t) => Ok(t.oauth_token()?),
+        None => Err("OAUTHBEARER tokens are signed only with kafka.auth = \"aws-msk-iam\"".into()),
+    }
+}
+
+/// A client context answering OAUTHBEARER refreshes with MSK IAM tokens (the
+/// dead-letter producer's and the backlog reader's).
+#[derive(Debug, Clone, Default)]
+pub struct AuthContext {
+    pub tokens: Option<std::sync::Arc<MskIamTokens>>,
+}
+
+impl rdkafka::ClientContext for AuthContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        refresh(self.tokens.as_deref())
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for AuthContext {}

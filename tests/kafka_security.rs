@@ -425,3 +425,77 @@ async fn a_wrong_scram_password_is_refused_by_name() {
     );
     assert!(!text.contains(wrong), "the password was printed");
 }
+
+/// Points the setup's worker at the TLS broker with `kafka.auth =
+/// "aws-msk-iam"` (OAUTHBEARER over SASL_SSL, tokens signed for eu-west-1).
+fn use_msk_iam(s: &Setup, b: &TlsBroker) {
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let text = text
+        .replace(
+            &format!("brokers = \"{}\"", brokers()),
+            &format!(
+                "brokers = \"{}\"\nauth = \"aws-msk-iam\"\naws_region = \"eu-west-1\"",
+                b.addr
+            ),
+        )
+        .replace(
+            "[kafka.properties]\n",
+            &format!(
+                "[kafka.properties]\n\"ssl.ca.location\" = \"{}\"\n",
+                b.ca.display()
+            ),
+        );
+    std::fs::write(&s.config, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn msk_iam_auth_signs_a_token_from_the_aws_chain_for_each_client() {
+    // tansu takes no OAUTHBEARER: the worker signs, offers, and is refused.
+    let b = TlsBroker::start(Some(("ingest", PASSWORD)));
+    let s = Setup::new(1, "").await;
+    use_msk_iam(&s, &b);
+    let (code, _, text) = run(
+        &s,
+        &[
+            ("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000"),
+            ("INGEST__LOG__LEVEL", "debug"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let signed = text
+        .lines()
+        .filter(|l| l.contains("MSK IAM token signed") && l.contains("eu-west-1"))
+        .count();
+    assert!(
+        signed >= 2,
+        "the consumer and the dead-letter producer sign: {text}"
+    );
+    let told = exit_error(&text);
+    assert!(
+        told.contains(&format!("cannot reach Kafka at {}", b.addr)) && told.contains("SASL"),
+        "{told}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn msk_iam_auth_without_a_region_says_so() {
+    let b = TlsBroker::start(Some(("ingest", PASSWORD)));
+    let s = Setup::new(1, "").await;
+    use_msk_iam(&s, &b);
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(&s.config, text.replace("aws_region = \"eu-west-1\"\n", "")).unwrap();
+    let (code, _, text) = run(
+        &s,
+        &[
+            ("AWS_REGION", ""),
+            ("AWS_DEFAULT_REGION", ""),
+            ("AWS_CONFIG_FILE", "/nonexistent/aws-config"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        exit_error(&text).contains("MSK IAM: no AWS region (set kafka.aws_region or AWS_REGION)"),
+        "{text}"
+    );
+}

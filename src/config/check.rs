@@ -72,6 +72,23 @@ fn kafka(s: &Settings) -> Result<(), ConfigError> {
             ));
         }
     }
+    if k.auth == super::KafkaAuth::AwsMskIam {
+        for (key, allowed) in [
+            ("sasl.mechanisms", &["OAUTHBEARER"][..]),
+            ("sasl.mechanism", &["OAUTHBEARER"][..]),
+            ("security.protocol", &["SASL_SSL", "SASL_PLAINTEXT"][..]),
+        ] {
+            if let Some(v) = k.properties.get(key) {
+                if !allowed.iter().any(|a| a.eq_ignore_ascii_case(v)) {
+                    return Err(invalid(
+                        format!("kafka.properties.\"{key}\""),
+                        v.clone(),
+                        "contradicts kafka.auth = \"aws-msk-iam\" (SASL/OAUTHBEARER over SASL_SSL)",
+                    ));
+                }
+            }
+        }
+    }
     non_empty("kafka.brokers", &k.brokers)?;
     non_empty("kafka.group_id", &k.group_id)?;
     non_empty("kafka.dead_letter_topic", &k.dead_letter_topic)?;

@@ -95,6 +95,26 @@ pub struct KafkaSettings {
     /// librdkafka properties passed through as given.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// How the worker authenticates beyond the properties: `aws-msk-iam`
+    /// signs OAUTHBEARER tokens with the AWS credential chain.
+    #[serde(default)]
+    pub auth: KafkaAuth,
+    /// The MSK cluster's region (`auth = "aws-msk-iam"`; default: the AWS
+    /// region chain, e.g. `AWS_REGION`).
+    #[serde(default)]
+    pub aws_region: Option<String>,
+}
+
+/// `[kafka] auth`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KafkaAuth {
+    /// Whatever the properties say (PLAINTEXT, SSL, SASL PLAIN or SCRAM).
+    #[default]
+    None,
+    /// AWS MSK IAM: SASL/OAUTHBEARER over TLS with tokens signed from the
+    /// AWS credential chain, refreshed before they expire.
+    AwsMskIam,
 }
 
 #[derive(Debug, Clone, Deserialize)]

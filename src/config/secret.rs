@@ -53,6 +53,8 @@ impl std::fmt::Debug for KafkaSettings {
             .field("commit_interval", &self.commit_interval)
             .field("metadata_timeout", &self.metadata_timeout)
             .field("properties", &redacted(&self.properties))
+            .field("auth", &self.auth)
+            .field("aws_region", &self.aws_region)
             .finish()
     }
 }

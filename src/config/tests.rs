@@ -228,3 +228,29 @@ fn budgets_apply_per_table_and_the_lowest_wins() {
         "config key `route[0].budget_wcu` = -1.0: must be > 0 (WCU per second)"
     );
 }
+
+#[test]
+fn msk_iam_auth_is_oauthbearer_over_tls_and_refuses_contradicting_properties() {
+    let s = load(MINIMAL, &[("INGEST__KAFKA__AUTH", "aws-msk-iam")]).unwrap();
+    assert_eq!(s.kafka.auth, KafkaAuth::AwsMskIam);
+    let cfg = crate::source::consumer_config(&s.kafka);
+    assert_eq!(cfg.get("sasl.mechanisms"), Some("OAUTHBEARER"));
+    assert_eq!(cfg.get("security.protocol"), Some("SASL_SSL"));
+    let e = load(
+        MINIMAL,
+        &[
+            ("INGEST__KAFKA__AUTH", "aws-msk-iam"),
+            ("INGEST__KAFKA__PROPERTIES__SASL_MECHANISMS", "PLAIN"),
+        ],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("contradicts kafka.auth"), "{e}");
+    let e = load(MINIMAL, &[("INGEST__KAFKA__AUTH", "kerberos")]).unwrap_err();
+    assert!(e.to_string().contains("aws-msk-iam"), "{e}");
+    let plain = load(MINIMAL, &[]).unwrap();
+    assert_eq!(plain.kafka.auth, KafkaAuth::None);
+    assert_eq!(
+        crate::source::consumer_config(&plain.kafka).get("sasl.mechanisms"),
+        None
+    );
+}

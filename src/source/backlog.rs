@@ -120,11 +120,13 @@ impl BacklogReader {
     /// own settings: same brokers, same group id).
     pub fn spawn(
         config: &ClientConfig,
+        context: crate::msk_iam::AuthContext,
         parts: Vec<TopicPartition>,
         starts_at_end: bool,
         cadence: Cadence,
     ) -> Result<Self, KafkaError> {
-        let consumer: BaseConsumer = config.create()?;
+        let consumer: BaseConsumer<crate::msk_iam::AuthContext> =
+            config.create_with_context(context)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         std::thread::Builder::new()

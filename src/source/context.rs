@@ -51,9 +51,20 @@ pub(super) struct Ctx {
     /// The last few distinct errors librdkafka reported about the cluster
     /// (say, a TLS handshake refused): named when it cannot be reached.
     pub(super) errors: Mutex<Vec<String>>,
+    /// MSK IAM tokens for OAUTHBEARER refreshes, if the worker uses them.
+    pub(super) tokens: Option<Arc<crate::msk_iam::MskIamTokens>>,
 }
 
 impl ClientContext for Ctx {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::msk_iam::refresh(self.tokens.as_deref())
+    }
+
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         warn!(error = %error, reason, "librdkafka error");
         self.note_error(reason);
@@ -160,6 +171,7 @@ impl Ctx {
             held: Mutex::new(VecDeque::new()),
             pausing: Mutex::new(Pausing::new(super::poller::PAUSE_GRACE)),
             errors: Mutex::new(Vec::new()),
+            tokens: None,
             closing: AtomicBool::new(false),
             assigned_once: AtomicBool::new(false),
             unassigned_since: Mutex::new(Some(Instant::now())),

@@ -118,6 +118,8 @@ pub struct SourceOptions {
     pub max_buffered_bytes: usize,
     /// Which tables' queues are long: their topics' partitions are paused.
     pub congestion: Arc<Congestion>,
+    /// MSK IAM tokens (`kafka.auth = "aws-msk-iam"`).
+    pub tokens: Option<Arc<crate::msk_iam::MskIamTokens>>,
 }
 
 /// Builds the consumer configuration: ours first, then the pass-through
@@ -137,6 +139,7 @@ pub fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
     for (k, v) in &kafka.properties {
         cfg.set(k, v);
     }
+    crate::msk_iam::configure(&mut cfg, kafka);
     cfg
 }
 
@@ -151,13 +154,14 @@ pub fn run(
     abort: CancellationToken,
     assignment: tokio::sync::watch::Sender<Assignment>,
 ) -> Result<SourceExit, SourceError> {
-    let ctx = Ctx::new(
+    let mut ctx = Ctx::new(
         acks.clone(),
         counters.clone(),
         opts.drain_timeout,
         assignment,
         opts.live.clone(),
     );
+    ctx.tokens = opts.tokens.clone();
     let config = main_consumer_config(&opts);
     let consumer: BaseConsumer<Ctx> = config.create_with_context(ctx)?;
     *consumer.context().partitions.lock() = check_topics(&consumer, &opts)?;
@@ -236,6 +240,9 @@ fn start_backlog(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Option<B
     };
     BacklogReader::spawn(
         &consumer_config(&opts.kafka),
+        crate::msk_iam::AuthContext {
+            tokens: opts.tokens.clone(),
+        },
         parts,
         starts_at_end(&opts.kafka),
         cadence,

@@ -50,6 +50,8 @@ pub enum WorkerError {
     Listen(#[from] ops::http::ListenError),
     #[error("internal task failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    MskIam(#[from] crate::msk_iam::MskIamError),
 }
 
 /// How a run ended, with its final counters.
@@ -104,7 +106,14 @@ pub async fn run(
         settings.pipeline.max_buffered_records,
     ));
     let buffered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let dlq = DeadLetters::new(&settings.kafka).map_err(WorkerError::DeadLetters)?;
+    let tokens = match settings.kafka.auth {
+        crate::config::KafkaAuth::AwsMskIam => Some(Arc::new(
+            crate::msk_iam::MskIamTokens::load(settings.kafka.aws_region.clone()).await?,
+        )),
+        crate::config::KafkaAuth::None => None,
+    };
+    let dlq =
+        DeadLetters::new(&settings.kafka, tokens.clone()).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
     let counters = Arc::new(Counters::default());
     let live = Arc::new(Live::new(
@@ -125,7 +134,8 @@ pub async fn run(
     );
     let (tx, rx) = mpsc::channel(settings.pipeline.max_buffered_records);
     let halves = Halves::new(&settings);
-    let opts = source_options(&settings, until_caught_up, live, buffered, &congestion);
+    let mut opts = source_options(&settings, until_caught_up, live, buffered, &congestion);
+    opts.tokens = tokens;
     let source = halves.spawn_source(opts, tx, &acks, &counters, assignment_tx);
     helpers.forward = Some(forward_shutdown(shutdown, halves.stop.clone()));
     let writer = Writer {
@@ -184,6 +194,7 @@ fn source_options(
         buffered,
         max_buffered_bytes: settings.pipeline.max_buffered_bytes,
         congestion: congestion.clone(),
+        tokens: None,
     }
 }
 
