@@ -95,8 +95,8 @@ bench-metrics: build stack tansu
 # tests' SQLite file grows with every run, and its reads slow down with it).
 bench-pipeline: stack
 	bash localstack/install-system.sh
+	trap 'kill $$(cat $(RUN_DIR)/tansu-bench.pid 2>/dev/null) 2>/dev/null; rm -f $(RUN_DIR)/tansu-bench.pid' EXIT
 	TANSU_NAME=tansu-bench TANSU_PORT=9094 TANSU_FRESH=1 bash localstack/tansu.sh
-	trap 'kill $$(cat $(RUN_DIR)/tansu-bench.pid) 2>/dev/null; rm -f $(RUN_DIR)/tansu-bench.pid' EXIT
 	INGEST_TEST_BROKERS=127.0.0.1:9094 $(CARGO) bench --bench pipeline
 
 stop:

@@ -189,11 +189,12 @@ fn memory_row(
     let pid = w.child.id();
     let started = Instant::now();
     let mut samples: Vec<(f64, f64)> = Vec::new();
-    let deadline = for_s.map(|f| started + Duration::from_secs(f));
+    // A hung worker ends the row (then panics in `wait`, naming it).
+    let deadline = started + Duration::from_secs(for_s.unwrap_or(1_800));
     // Until it exits (no /proc entry), or the deadline.
     while let Some(mb) = rss_mb(pid) {
         samples.push((started.elapsed().as_secs_f64(), mb));
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if Instant::now() >= deadline {
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -201,7 +202,7 @@ fn memory_row(
     if for_s.is_some() {
         w.signal("TERM");
     }
-    let (_, summary) = w.wait(Duration::from_secs(1_800));
+    let (_, summary) = w.wait(Duration::from_secs(60));
     let summary = summary.expect("the worker's summary");
     // The second half of the run: buffers full (slow) or steady (stand-in).
     let half = samples.last().map_or(0.0, |l| l.0 / 2.0);

@@ -17,9 +17,17 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then sudo="sudo"; else
-    log "missing ${missing[*]} and not root (no sudo): install them with apt-get"
-    exit 1
+  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo="sudo -n"; else
+    # The build needs only libssl-dev and pkg-config; the TLS tests say
+    # themselves what they miss.
+    case " ${missing[*]} " in
+      *" libssl-dev "*|*" pkg-config "*)
+        log "missing ${missing[*]} and not root (no sudo): install them with apt-get"
+        exit 1 ;;
+      *)
+        log "missing ${missing[*]} (the TLS tests need them); not root, not installed"
+        exit 0 ;;
+    esac
   fi
 fi
 log "installing ${missing[*]} (apt-get)"

@@ -13,6 +13,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin="$INGEST_CACHE/tansu-0.6.0/bin/tansu"
 name="${TANSU_NAME:-tansu}"
 port="${TANSU_PORT:-9092}"
+if [ "${TANSU_FRESH:-0}" = 1 ] && [ -f "$INGEST_RUN/$name.pid" ]; then
+  # A fresh instance: stop the one left running (its data goes below).
+  kill "$(cat "$INGEST_RUN/$name.pid")" 2>/dev/null || true
+  for _ in $(seq 50); do wait_port "$port" 0 || break; sleep 0.1; done
+  rm -f "$INGEST_RUN/$name.pid"
+fi
 if wait_port "$port" 0; then
   log "a broker already listens on 127.0.0.1:$port"
   exit 0

@@ -217,19 +217,27 @@ impl MskIamTokens {
     }
 
     /// A fresh token, as librdkafka takes it. Blocks: librdkafka calls it
-    /// from the thread that polls the client; the credentials are fetched
-    /// on the runtime from a thread of their own (never blocking a runtime
-    /// thread).
+    /// from the thread that polls the client; the credentials are fetched on
+    /// the worker's runtime (from a runtime worker, through
+    /// `block_in_place`, so no worker is held).
     pub fn oauth_token(&self) -> Result<rdkafka::client::OAuthToken, MskIamError> {
         use aws_credential_types::provider::ProvideCredentials;
-        let fetched = std::thread::scope(|s| {
-            s.spawn(|| {
-                self.runtime
-                    .block_on(self.credentials.provide_credentials())
-            })
-            .join()
-        })
-        .map_err(|_| MskIamError::NoCredentials("the credentials fetch panicked".into()))?
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let fetch = || {
+            self.runtime
+                .block_on(self.credentials.provide_credentials())
+        };
+        let fetched = match Handle::try_current().map(|h| h.runtime_flavor()) {
+            // librdkafka's own threads, the source's blocking thread.
+            Err(_) => fetch(),
+            // A runtime worker (say, a producer flushing as it is dropped).
+            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(fetch),
+            Ok(_) => {
+                return Err(MskIamError::NoCredentials(
+                    "asked on a single-threaded runtime, which cannot wait for them".into(),
+                ))
+            }
+        }
         .map_err(|e| {
             MskIamError::NoCredentials(
                 aws_smithy_types::error::display::DisplayErrorContext(e).to_string(),

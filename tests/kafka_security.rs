@@ -143,7 +143,7 @@ fn stunnel_bin() -> &'static str {
     ["stunnel4", "stunnel"]
         .into_iter()
         .find(|b| Command::new(b).arg("-version").output().is_ok())
-        .expect("stunnel is not installed: run `make test` (bash localstack/install-stunnel.sh)")
+        .expect("stunnel is not installed: run `make test` (bash localstack/install-system.sh)")
 }
 
 fn wait_port(port: u16, what: &str) {

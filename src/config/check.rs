@@ -77,6 +77,9 @@ fn kafka(s: &Settings) -> Result<(), ConfigError> {
             ("sasl.mechanisms", &["OAUTHBEARER"][..]),
             ("sasl.mechanism", &["OAUTHBEARER"][..]),
             ("security.protocol", &["SASL_SSL", "SASL_PLAINTEXT"][..]),
+            // librdkafka's own token sources would take the place of ours.
+            ("sasl.oauthbearer.method", &["default"][..]),
+            ("enable.sasl.oauthbearer.unsecure.jwt", &["false"][..]),
         ] {
             if let Some(v) = k.properties.get(key) {
                 if !allowed.iter().any(|a| a.eq_ignore_ascii_case(v)) {

@@ -245,6 +245,15 @@ fn msk_iam_auth_is_oauthbearer_over_tls_and_refuses_contradicting_properties() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("contradicts kafka.auth"), "{e}");
+    let e = load(
+        MINIMAL,
+        &[
+            ("INGEST__KAFKA__AUTH", "aws-msk-iam"),
+            ("INGEST__KAFKA__PROPERTIES__SASL_OAUTHBEARER_METHOD", "oidc"),
+        ],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("sasl.oauthbearer.method"), "{e}");
     let e = load(MINIMAL, &[("INGEST__KAFKA__AUTH", "kerberos")]).unwrap_err();
     assert!(e.to_string().contains("aws-msk-iam"), "{e}");
     let plain = load(MINIMAL, &[]).unwrap();

@@ -139,8 +139,12 @@ impl BacklogReader {
                     } else {
                         cadence.every
                     };
+                    // Serves the client's queue: librdkafka's logs and
+                    // errors, and OAUTHBEARER token refreshes (MSK IAM),
+                    // without which it never logs in.
+                    let _ = consumer.poll(Duration::ZERO);
                     if last.is_some_and(|t| t.elapsed() < every) {
-                        std::thread::sleep(Duration::from_millis(50));
+                        let _ = consumer.poll(Duration::from_millis(50));
                         continue;
                     }
                     last = Some(Instant::now());

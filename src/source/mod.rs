@@ -269,7 +269,7 @@ pub(super) fn starts_at_end(kafka: &KafkaSettings) -> bool {
         .is_some_and(|v| v == "latest" || v == "largest" || v == "end")
 }
 
-/// How long each metadata request of the start-up check waits.
+/// How long the first metadata request of the start-up check waits.
 const METADATA_SLICE: Duration = Duration::from_millis(500);
 
 /// Checks that every topic exists; returns each topic's partition count.
@@ -282,11 +282,16 @@ fn check_topics(
     // hands its logs and errors (a refused TLS handshake, say) to the queue,
     // so by the deadline the reason is known.
     let deadline = Instant::now() + opts.kafka.metadata_timeout;
+    let mut slice = METADATA_SLICE;
     let md = loop {
+        let _ = consumer.poll(Duration::ZERO);
         let left = deadline.saturating_duration_since(Instant::now());
-        match consumer.fetch_metadata(None, left.min(METADATA_SLICE)) {
-            Err(_) if left > METADATA_SLICE => {
+        // Each try waits twice as long as the last; the last takes the rest.
+        let this = if left < slice * 2 { left } else { slice };
+        match consumer.fetch_metadata(None, this) {
+            Err(_) if this < left => {
                 let _ = consumer.poll(Duration::from_millis(50));
+                slice *= 2;
             }
             other => break other,
         }

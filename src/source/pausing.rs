@@ -95,6 +95,8 @@ impl Pausing {
     /// From now on pauses are at once (the source is draining).
     pub fn no_grace(&mut self) {
         self.grace = Duration::ZERO;
+        // A wish held within its grace is due now: plan again.
+        self.recheck = Some(Instant::now());
     }
 
     /// Sets what should be paused; the plan for the `assigned` partitions at
@@ -301,5 +303,18 @@ mod tests {
         let mut p = Pausing::new(grace);
         p.no_grace();
         assert_eq!(p.set(all(), &assigned, t0).pause, assigned.to_vec());
+        // Draining while a pause waits for its grace: due at once.
+        let mut p = Pausing::new(grace);
+        let now = Instant::now();
+        assert!(p.set(all(), &assigned, now).is_empty());
+        p.no_grace();
+        assert!(
+            !p.wants(true, &BTreeSet::new(), Instant::now()),
+            "plan again"
+        );
+        assert_eq!(
+            p.set(all(), &assigned, Instant::now()).pause,
+            assigned.to_vec()
+        );
     }
 }

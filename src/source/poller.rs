@@ -251,25 +251,17 @@ impl Poller {
             self.congestion_seen = changes;
             self.congested = self.opts.congestion.congested_topics();
         }
-        let assigned = if self.congested.is_empty() {
-            None
-        } else {
-            Some(tps_of(&self.consumer.assignment()?))
+        // The assignment as the rebalance callbacks published it (asking
+        // librdkafka is a round trip to its main thread, too dear per loop).
+        let (want, stall) = {
+            let published = self.ctx().assignment.borrow();
+            wish(all, full, &self.congested, &published.assigned)
         };
-        let (want, stall) = wish(
-            all,
-            full,
-            &self.congested,
-            assigned.as_deref().unwrap_or(&[]),
-        );
         let mut pausing = self.ctx().pausing.lock();
         if pausing.wants(want.all, &want.topics, now) {
             return Ok(stall);
         }
-        let assigned = match assigned {
-            Some(a) => a,
-            None => tps_of(&self.consumer.assignment()?),
-        };
+        let assigned = tps_of(&self.consumer.assignment()?);
         let plan = pausing.set(want, &assigned, now);
         if !plan.is_empty() {
             debug!(all, congested = ?self.congested, paused = plan.pause.len(),
