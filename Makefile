@@ -18,9 +18,9 @@ export AWS_REGION ?= us-east-1
 .SILENT: run stack tansu stop
 .PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics bench-pipeline chaos fuzz
 
-# System packages first (libssl-dev, pkg-config, stunnel4, openssl; once).
+# The build's system packages first (libssl-dev, pkg-config; once).
 build:
-	bash localstack/install-system.sh
+	bash localstack/install-system.sh build
 	$(CARGO) build
 
 # Start LocalStack (and tansu when BROKER=tansu).
@@ -51,6 +51,7 @@ run: build stack
 # The chaos suite's short mode runs last: it kills and restarts the shared
 # broker, whose group coordinator (tansu) may stay slow for the tests after it.
 test: build stack tansu
+	bash localstack/install-system.sh test
 	$(CARGO) test -- --test-threads=2 --skip chaos
 	$(CARGO) test --test chaos
 
@@ -94,7 +95,7 @@ bench-metrics: build stack tansu
 # Its broker is a tansu of its own with fresh data on 127.0.0.1:9094 (the
 # tests' SQLite file grows with every run, and its reads slow down with it).
 bench-pipeline: stack
-	bash localstack/install-system.sh
+	bash localstack/install-system.sh build
 	trap 'kill $$(cat $(RUN_DIR)/tansu-bench.pid 2>/dev/null) 2>/dev/null; rm -f $(RUN_DIR)/tansu-bench.pid' EXIT
 	TANSU_NAME=tansu-bench TANSU_PORT=9094 TANSU_FRESH=1 bash localstack/tansu.sh
 	INGEST_TEST_BROKERS=127.0.0.1:9094 $(CARGO) bench --bench pipeline

@@ -161,18 +161,6 @@ fn rss_mb(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// Rewrites one `key = ...` line of the setup's config.
-fn set_line(s: &Setup, key: &str, value: &str) {
-    let text = std::fs::read_to_string(&s.config).unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(&format!("{key} =")))
-        .unwrap_or_else(|| panic!("no {key} in the setup's config"))
-        .to_string();
-    let text = text.replace(&line, &format!("{key} = {value}"));
-    std::fs::write(&s.config, text).unwrap();
-}
-
 /// One memory row: a worker of a fresh group on the setup's topic of `n`
 /// records, through `proxy`; until caught up, or for `for_s` seconds then
 /// SIGTERM. VmRSS is sampled every 500 ms.
@@ -183,8 +171,8 @@ fn memory_row(
     table: &str,
     for_s: Option<u64>,
 ) -> Value {
-    set_line(s, "group_id", &format!("\"{}\"", unique("mem")));
-    set_line(s, "endpoint_url", &format!("\"{}\"", proxy.endpoint()));
+    s.set_line("group_id", &format!("\"{}\"", unique("mem")));
+    s.set_line("endpoint_url", &format!("\"{}\"", proxy.endpoint()));
     let w = s.spawn(for_s.is_none());
     let pid = w.child.id();
     let started = Instant::now();

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# System packages the build and the tests need, installed once from Debian's
-# repositories when missing (idempotent; a no-op when all are present):
+# System packages the build (and, with the argument `test`, the tests) need,
+# installed once from Debian's repositories when missing (idempotent; a no-op
+# when all are present):
 #   libssl-dev, pkg-config  librdkafka is built with TLS against the system OpenSSL
-#   stunnel4                the Kafka TLS tests put it in front of a broker
-#   openssl                 the TLS tests make their CA and certificates with it
+#   stunnel4                (test) the Kafka TLS tests put it in front of a broker
+#   openssl                 (test) the TLS tests make their CA and certificates with it
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 missing=()
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
-command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || missing+=(stunnel4)
-command -v openssl >/dev/null || missing+=(openssl)
+if [ "${1:-build}" = test ]; then
+  command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || missing+=(stunnel4)
+  command -v openssl >/dev/null || missing+=(openssl)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

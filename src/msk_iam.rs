@@ -25,6 +25,9 @@ use base64::Engine;
 /// How long a token is valid after its signing time (AWS's signers: 900 s).
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(900);
 
+/// The longest wait for credentials at a token refresh.
+const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The `User-Agent` parameter the token carries.
 pub const USER_AGENT: &str = concat!("ingest/", env!("CARGO_PKG_VERSION"));
 
@@ -223,9 +226,14 @@ impl MskIamTokens {
     pub fn oauth_token(&self) -> Result<rdkafka::client::OAuthToken, MskIamError> {
         use aws_credential_types::provider::ProvideCredentials;
         use tokio::runtime::{Handle, RuntimeFlavor};
+        // Bounded: a credentials source that hangs (an unreachable metadata
+        // endpoint) must not hold the thread that polls the client.
+        // (The timer is made inside the runtime: built outside, it panics.)
         let fetch = || {
-            self.runtime
-                .block_on(self.credentials.provide_credentials())
+            self.runtime.block_on(async {
+                tokio::time::timeout(CREDENTIALS_TIMEOUT, self.credentials.provide_credentials())
+                    .await
+            })
         };
         let fetched = match Handle::try_current().map(|h| h.runtime_flavor()) {
             // librdkafka's own threads, the source's blocking thread.
@@ -238,6 +246,7 @@ impl MskIamTokens {
                 ))
             }
         }
+        .map_err(|_| MskIamError::NoCredentials(format!("none within {CREDENTIALS_TIMEOUT:?}")))?
         .map_err(|e| {
             MskIamError::NoCredentials(
                 aws_smithy_types::error::display::DisplayErrorContext(e).to_string(),

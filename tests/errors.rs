@@ -17,16 +17,7 @@ fn run_with(setup: &Setup, env: &[(&str, &str)]) -> (Option<i32>, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let w = Worker::start(cmd);
-    let logs = w.logs.clone();
-    let (code, _) = w.wait(Duration::from_secs(60));
-    let text = logs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let (code, _, text) = Worker::start(cmd).wait_logged(Duration::from_secs(60));
     (code, text)
 }
 

@@ -51,15 +51,9 @@ impl Drop for TempDir {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl CLI");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("openssl").args(args).current_dir(dir),
+        &format!("openssl {args:?}"),
     );
 }
 
@@ -126,11 +120,7 @@ fn certificates(dir: &Path) {
 }
 
 fn tansu_bin() -> PathBuf {
-    let cache = std::env::var_os("INGEST_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("ingest")))
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/ingest"));
-    let bin = cache.join("tansu-0.6.0/bin/tansu");
+    let bin = cache_dir().join("tansu-0.6.0/bin/tansu");
     assert!(
         bin.exists(),
         "no tansu at {}: run `make test`",
@@ -186,16 +176,12 @@ impl TlsBroker {
         if let Some((name, password)) = user {
             // Users are created through an open broker, which then restarts
             // on the same data requiring them.
-            let out = Command::new(tansu_bin())
-                .args(["user", "create", "--mechanism", "scram512", "--broker"])
-                .arg(format!("tcp://127.0.0.1:{plain}"))
-                .args([name, password])
-                .output()
-                .expect("tansu user create");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
+            run_ok(
+                Command::new(tansu_bin())
+                    .args(["user", "create", "--mechanism", "scram512", "--broker"])
+                    .arg(format!("tcp://127.0.0.1:{plain}"))
+                    .args([name, password]),
+                "tansu user create",
             );
             drop(tansu);
             tansu = start_tansu(&dir.0, plain, tls, true);
@@ -293,11 +279,24 @@ impl TlsBroker {
     }
 }
 
+/// Points the setup's worker at the TLS broker: `kafka_keys` added to its
+/// `[kafka]` section, `properties` to its `[kafka.properties]`.
+fn point_at(s: &Setup, b: &TlsBroker, kafka_keys: &str, properties: &str) {
+    s.set_line("brokers", &format!("\"{}\"\n{kafka_keys}", b.addr));
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let text = text.replacen(
+        "[kafka.properties]\n",
+        &format!("[kafka.properties]\n{properties}"),
+        1,
+    );
+    std::fs::write(&s.config, text).unwrap();
+}
+
 /// Points the setup's worker at the TLS broker, trusting `ca`, as `user`
 /// (its password given in the environment, as a user would).
 fn use_tls(s: &Setup, b: &TlsBroker, ca: &Path, user: Option<&str>) {
     let mut props = format!(
-        "[kafka.properties]\n\"security.protocol\" = \"{}\"\n\"ssl.ca.location\" = \"{}\"\n",
+        "\"security.protocol\" = \"{}\"\n\"ssl.ca.location\" = \"{}\"\n",
         if user.is_some() { "SASL_SSL" } else { "SSL" },
         ca.display()
     );
@@ -305,14 +304,7 @@ fn use_tls(s: &Setup, b: &TlsBroker, ca: &Path, user: Option<&str>) {
         props +=
             &format!("\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n\"sasl.username\" = \"{name}\"\n");
     }
-    let text = std::fs::read_to_string(&s.config).unwrap();
-    let text = text
-        .replace(
-            &format!("brokers = \"{}\"", brokers()),
-            &format!("brokers = \"{}\"", b.addr),
-        )
-        .replace("[kafka.properties]\n", &props);
-    std::fs::write(&s.config, text).unwrap();
+    point_at(s, b, "", &props);
 }
 
 /// Records of the test: `n` good ones and one that is not JSON.
@@ -326,17 +318,8 @@ fn values(n: usize) -> Vec<String> {
 
 /// Runs a worker to its exit; (exit code, summary, every log line).
 fn run(s: &Setup, env: &[(&str, &str)]) -> (Option<i32>, Option<serde_json::Value>, String) {
-    let w = s.spawn_with_env(true, env);
-    let logs = w.logs.clone();
-    let (code, summary) = w.wait(Duration::from_secs(120));
-    let text = logs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
-    (code, summary, text)
+    s.spawn_with_env(true, env)
+        .wait_logged(Duration::from_secs(120))
 }
 
 /// The exit's own error line.
@@ -429,23 +412,12 @@ async fn a_wrong_scram_password_is_refused_by_name() {
 /// Points the setup's worker at the TLS broker with `kafka.auth =
 /// "aws-msk-iam"` (OAUTHBEARER over SASL_SSL, tokens signed for eu-west-1).
 fn use_msk_iam(s: &Setup, b: &TlsBroker) {
-    let text = std::fs::read_to_string(&s.config).unwrap();
-    let text = text
-        .replace(
-            &format!("brokers = \"{}\"", brokers()),
-            &format!(
-                "brokers = \"{}\"\nauth = \"aws-msk-iam\"\naws_region = \"eu-west-1\"",
-                b.addr
-            ),
-        )
-        .replace(
-            "[kafka.properties]\n",
-            &format!(
-                "[kafka.properties]\n\"ssl.ca.location\" = \"{}\"\n",
-                b.ca.display()
-            ),
-        );
-    std::fs::write(&s.config, text).unwrap();
+    point_at(
+        s,
+        b,
+        "auth = \"aws-msk-iam\"\naws_region = \"eu-west-1\"",
+        &format!("\"ssl.ca.location\" = \"{}\"\n", b.ca.display()),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,22 +4,17 @@
 //! credentials at the same moment; the URLs must match up to the
 //! `User-Agent` each signer appends after signing.
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
 
 use aws_credential_types::Credentials;
 use base64::Engine;
+use common::*;
 
 fn venv_python() -> std::path::PathBuf {
-    let cache = std::env::var_os("INGEST_CACHE")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("ingest"))
-        })
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/ingest")
-        });
-    let py = cache.join("localstack-venv/bin/python");
+    let py = cache_dir().join("localstack-venv/bin/python");
     assert!(
         py.exists(),
         "no LocalStack venv at {}: run `make test`",
@@ -45,8 +40,8 @@ req = AWSRequest(method="GET", url=f"https://kafka.{region}.amazonaws.com/",
 SigV4QueryAuth(creds, "kafka-cluster", region, expires=900).add_auth(req)
 print(req.url)
 "#;
-    let out = Command::new(venv_python())
-        .args([
+    let out = run_ok(
+        Command::new(venv_python()).args([
             "-c",
             script,
             akid,
@@ -54,13 +49,8 @@ print(req.url)
             token.unwrap_or(""),
             region,
             &epoch.to_string(),
-        ])
-        .output()
-        .expect("run the venv's python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        "botocore in the venv",
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

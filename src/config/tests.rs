@@ -236,24 +236,20 @@ fn msk_iam_auth_is_oauthbearer_over_tls_and_refuses_contradicting_properties() {
     let cfg = crate::source::consumer_config(&s.kafka);
     assert_eq!(cfg.get("sasl.mechanisms"), Some("OAUTHBEARER"));
     assert_eq!(cfg.get("security.protocol"), Some("SASL_SSL"));
-    let e = load(
-        MINIMAL,
-        &[
+    // Properties that would undo it, each refused naming the rule.
+    for (key, value, named) in [
+        ("SASL_MECHANISMS", "PLAIN", "contradicts kafka.auth"),
+        ("SASL_OAUTHBEARER_METHOD", "oidc", "sasl.oauthbearer.method"),
+        ("SECURITY_PROTOCOL", "SSL", "security.protocol"),
+    ] {
+        let property = format!("INGEST__KAFKA__PROPERTIES__{key}");
+        let env = [
             ("INGEST__KAFKA__AUTH", "aws-msk-iam"),
-            ("INGEST__KAFKA__PROPERTIES__SASL_MECHANISMS", "PLAIN"),
-        ],
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("contradicts kafka.auth"), "{e}");
-    let e = load(
-        MINIMAL,
-        &[
-            ("INGEST__KAFKA__AUTH", "aws-msk-iam"),
-            ("INGEST__KAFKA__PROPERTIES__SASL_OAUTHBEARER_METHOD", "oidc"),
-        ],
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("sasl.oauthbearer.method"), "{e}");
+            (property.as_str(), value),
+        ];
+        let e = load(MINIMAL, &env).unwrap_err();
+        assert!(e.to_string().contains(named), "{key}: {e}");
+    }
     let e = load(MINIMAL, &[("INGEST__KAFKA__AUTH", "kerberos")]).unwrap_err();
     assert!(e.to_string().contains("aws-msk-iam"), "{e}");
     let plain = load(MINIMAL, &[]).unwrap();

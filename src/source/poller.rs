@@ -69,6 +69,17 @@ pub(super) const PAUSE_GRACE: Duration = Duration::from_secs(1);
 /// each poll takes at most one record (held until the pipeline has room).
 const STALLED_POLL: Duration = Duration::from_millis(100);
 
+/// How the poll loop takes records on a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Take {
+    /// Polls (records flow).
+    Poll,
+    /// Stalled: polls every [`STALLED_POLL`] only.
+    Seldom,
+    /// Over the byte budget, its pause not yet due: polls nothing.
+    Nothing,
+}
+
 /// How long a stalled source sleeps between looks for room.
 const ROOM_WAIT: Duration = Duration::from_millis(1);
 
@@ -99,15 +110,17 @@ impl Poller {
             let over_budget = self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes;
             let full = !self.ctx().held.lock().is_empty();
             let now = Instant::now();
-            let stall = self.set_paused(over_budget, full, now)?;
-            let quiet = self.ctx().pausing.lock().quiet(now);
-            if quiet || stall && self.polled_at.is_some_and(|t| now < t + STALLED_POLL) {
+            let take = self.set_paused(over_budget, full, now)?;
+            let seldom = take == Take::Seldom;
+            if take == Take::Nothing
+                || seldom && self.polled_at.is_some_and(|t| now < t + STALLED_POLL)
+            {
                 // What librdkafka fetched ahead stays in its queue (a pause
                 // would drop it) until the pipeline has room.
                 std::thread::sleep(ROOM_WAIT);
             } else {
                 self.polled_at = Some(now);
-                let timeout = Duration::from_millis(if stall || over_budget { 20 } else { 100 });
+                let timeout = Duration::from_millis(if seldom || over_budget { 20 } else { 100 });
                 match self.consumer.poll(timeout) {
                     Some(Ok(m)) => {
                         self.accept(&m);
@@ -238,14 +251,15 @@ impl Poller {
     /// Pauses every partition (`all`: the byte budget is reached, or the
     /// source drains), or those of the congested tables' topics while other
     /// partitions flow, once the wish has held through [`PAUSE_GRACE`];
-    /// resumes the others. Returns whether the source stalls instead (the
-    /// channel is `full`, or every partition it holds feeds a congested table).
+    /// resumes the others. Returns how to take records: stalled when the
+    /// channel is `full` or every partition it holds feeds a congested
+    /// table, not at all while a budget pause waits for its grace.
     pub(super) fn set_paused(
         &mut self,
         all: bool,
         full: bool,
         now: Instant,
-    ) -> Result<bool, SourceError> {
+    ) -> Result<Take, SourceError> {
         let changes = self.opts.congestion.changes();
         if changes != self.congestion_seen {
             self.congestion_seen = changes;
@@ -258,17 +272,22 @@ impl Poller {
             wish(all, full, &self.congested, &published.assigned)
         };
         let mut pausing = self.ctx().pausing.lock();
-        if pausing.wants(want.all, &want.topics, now) {
-            return Ok(stall);
+        if !pausing.wants(want.all, &want.topics, now) {
+            let assigned = tps_of(&self.consumer.assignment()?);
+            let plan = pausing.set(want, &assigned, now);
+            if !plan.is_empty() {
+                debug!(all, congested = ?self.congested, paused = plan.pause.len(),
+                    resumed = plan.resume.len(), "pausing partitions");
+            }
+            apply(&self.consumer, &plan)?;
         }
-        let assigned = tps_of(&self.consumer.assignment()?);
-        let plan = pausing.set(want, &assigned, now);
-        if !plan.is_empty() {
-            debug!(all, congested = ?self.congested, paused = plan.pause.len(),
-                resumed = plan.resume.len(), "pausing partitions");
-        }
-        apply(&self.consumer, &plan)?;
-        Ok(stall)
+        Ok(if pausing.quiet(now) {
+            Take::Nothing
+        } else if stall {
+            Take::Seldom
+        } else {
+            Take::Poll
+        })
     }
 
     /// For newly assigned partitions: the committed offset (or where the reset

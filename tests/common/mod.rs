@@ -96,6 +96,26 @@ pub fn assert_committed_were_written(
     }
 }
 
+/// Where the project's scripts cache what they install (`INGEST_CACHE`, as
+/// localstack/common.sh resolves it).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("INGEST_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("ingest")))
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/ingest"))
+}
+
+/// Runs a command to its end; panics with its stderr unless it succeeded.
+pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -140,13 +140,19 @@ level = "info"
     /// Sets one of the `[kafka.properties]` the setup wrote (e.g. the
     /// session timeout).
     pub fn set_kafka_property(&self, key: &str, value: &str) {
+        self.set_line(&format!("\"{key}\""), &format!("\"{value}\""));
+    }
+
+    /// Rewrites the first `key = ...` line the setup wrote to `key = value`
+    /// (`value` as TOML: quote strings).
+    pub fn set_line(&self, key: &str, value: &str) {
         let text = std::fs::read_to_string(&self.config).unwrap();
         let line = text
             .lines()
-            .find(|l| l.starts_with(&format!("\"{key}\" =")))
-            .unwrap_or_else(|| panic!("{key} is not among the setup's kafka.properties"))
+            .find(|l| l.starts_with(&format!("{key} =")))
+            .unwrap_or_else(|| panic!("no {key} in the setup's config"))
             .to_string();
-        let text = text.replace(&line, &format!("\"{key}\" = \"{value}\""));
+        let text = text.replacen(&line, &format!("{key} = {value}"), 1);
         std::fs::write(&self.config, text).unwrap();
     }
 
@@ -251,15 +257,26 @@ impl Worker {
         }
     }
 
-    pub fn dump_logs(&self) -> String {
-        self.logs
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
+    /// Waits for the exit, as [`Self::wait`]; also returns every log line.
+    pub fn wait_logged(self, timeout: Duration) -> (Option<i32>, Option<Value>, String) {
+        let logs = self.logs.clone();
+        let (code, summary) = self.wait(timeout);
+        (code, summary, joined(&logs))
     }
+
+    pub fn dump_logs(&self) -> String {
+        joined(&self.logs)
+    }
+}
+
+/// Log lines, one per line.
+fn joined(logs: &Mutex<Vec<Value>>) -> String {
+    logs.lock()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 impl Drop for Worker {
