@@ -150,15 +150,7 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
 /// A process's resident memory now, MB (VmRSS).
 fn rss_mb(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
+    Some(ingest::telemetry::status_kb(&status, "VmRSS")? as f64 / 1024.0)
 }
 
 /// One memory row: a worker of a fresh group on the setup's topic of `n`

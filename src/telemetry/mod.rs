@@ -88,9 +88,15 @@ pub fn init_logs(settings: &LogSettings) {
 /// it cannot be read.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    Some(status_kb(&status, "VmHWM")? * 1024)
+}
+
+/// A `kB` field of a `/proc/<pid>/status` text (say `VmRSS`).
+pub fn status_kb(status: &str, field: &str) -> Option<u64> {
+    let line = status
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// CPU time this process has used (user + system, all threads), seconds,
@@ -122,5 +128,14 @@ mod cpu_tests {
         assert_eq!(cpu_seconds_of(line), Some(3.25));
         assert_eq!(cpu_seconds_of("garbage"), None);
         assert!(cpu_seconds().is_some_and(|s| s >= 0.0));
+    }
+
+    #[test]
+    fn a_status_field_is_read_in_kb() {
+        let status = "Name:\tingest\nVmHWM:\t  51200 kB\nVmRSS:\t   4096 kB\n";
+        assert_eq!(status_kb(status, "VmRSS"), Some(4096));
+        assert_eq!(status_kb(status, "VmHWM"), Some(51200));
+        assert_eq!(status_kb(status, "VmSwap"), None);
+        assert!(peak_rss_bytes().is_some_and(|b| b > 0));
     }
 }
