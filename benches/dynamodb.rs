@@ -12,7 +12,10 @@
 //! - `two-jobs`: two consumer groups of 3 workers each, on one 200 WCU/s table;
 //! - `on-demand`: an on-demand table with a maximum of 150 WRU/s, raised to 300
 //!   20 s after the first write;
-//! - `capacity-step`: 200 -> 100 -> 300 WCU/s (20 s, 40 s).
+//! - `capacity-step`: 200 -> 100 -> 300 WCU/s (20 s, 40 s);
+//! - `shallow`: a 200 WCU/s table whose bucket holds 0.05 s (10 WCU, a fifth
+//!   of a full batch) or 0.025 s (5 WCU, the costliest item) and no burst
+//!   credit, 1 and 3 workers.
 //!
 //! Scaled down from DynamoDB's figures (1,000 WCU/s per partition, 4,000 WRU/s
 //! for a new on-demand table) to what LocalStack on a 2-core machine writes.
@@ -428,6 +431,53 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     })
 }
 
+/// `shallow`: a 200 WCU/s table whose bucket holds `depth_s` seconds of
+/// capacity, no burst credit; returns the row.
+async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize) -> Value {
+    const CAPACITY: f64 = 200.0;
+    let s = Setup::build(6, "", Some(CAPACITY as i64)).await;
+    let depth = depth_s.to_string();
+    let proxy = ThrottleProxy::start(&["--burst-s", &depth, "--burst-credit-s", "0"]);
+    s.use_endpoint(&proxy.endpoint());
+    configure(&s, v, "");
+    let (batch, total_wcu) = mixed(n, &format!("b{run}"));
+    produce(&s.topic, batch).await;
+    let job = Job::start(&s, workers).finish(v.label);
+    assert_eq!(count(&dynamo().await, &s.table).await, n, "{}", v.label);
+    let st = proxy.stats(&s.table);
+    let (throttled, requests) = proxy_rate(&st);
+    let duration =
+        st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
+    // Steady state: the first 2 s (workers joining) and the last 3 s (the
+    // job draining) left out.
+    let t: Vec<[f64; 4]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let (from, to) = (2, t.len().saturating_sub(3));
+    let steady = (to > from)
+        .then(|| t[from..to].iter().map(|x| x[1]).sum::<f64>() / (CAPACITY * (to - from) as f64));
+    json!({
+        "scenario": Run::Shallow(workers, depth_s).scenario(),
+        "strategy": v.label,
+        "workers": workers,
+        "depth_s": depth_s,
+        "records": n,
+        "wcu": total_wcu,
+        "duration_s": duration,
+        "utilization": total_wcu / (CAPACITY * duration.max(1.0)),
+        "steady_utilization": steady,
+        "requests": requests,
+        "requests_x_ideal": requests / (n as f64 / 25.0).ceil(),
+        "throttled_rate": throttled / requests.max(1.0),
+        "worker_requests": job.requests,
+        "worker_throttled": job.throttled,
+        "wall_s": job.wall_s,
+        "timeline": st["timeline"],
+        "worker_trace": job.trace,
+    })
+}
+
+/// The shallow buckets' depths, seconds of capacity.
+const SHALLOW_DEPTHS: [f64; 2] = [0.05, 0.025];
+
 /// The live-writer run with a budget: its `budget_fraction`.
 const LIVE_BUDGET: f64 = 0.65;
 
@@ -439,6 +489,8 @@ enum Run {
     TwoJobs,
     /// (workers, on demand)
     Stepped(usize, bool),
+    /// (workers, the bucket's depth in seconds)
+    Shallow(usize, f64),
 }
 
 impl Run {
@@ -449,6 +501,7 @@ impl Run {
             Run::TwoJobs => two_jobs(v, 4_000, n).await,
             Run::Stepped(w, true) => stepped(v, w, true, 6_000, n).await,
             Run::Stepped(w, false) => stepped(v, w, false, 8_000, n).await,
+            Run::Shallow(w, depth) => shallow(v, w, depth, 4_000, n).await,
         }
     }
 
@@ -460,12 +513,14 @@ impl Run {
             Run::TwoJobs => "two-jobs",
             Run::Stepped(_, true) => "on-demand",
             Run::Stepped(_, false) => "capacity-step",
+            Run::Shallow(_, d) if d >= 0.05 => "shallow 0.05 s",
+            Run::Shallow(..) => "shallow 0.025 s",
         }
     }
 
     fn workers(self) -> usize {
         match self {
-            Run::HotRange(w) | Run::Stepped(w, _) => w,
+            Run::HotRange(w) | Run::Stepped(w, _) | Run::Shallow(w, _) => w,
             Run::Live(_) => 3,
             Run::TwoJobs => 6,
         }
@@ -594,6 +649,27 @@ fn markdown(rows: &[Value]) -> String {
             );
         }
     }
+    md += "\n## Shallow buckets: 200 WCU/s, a bucket of 0.05 s (10 WCU) or 0.025 s (5 WCU, the costliest item), no burst credit\n\n\
+           Utilization: the records' WCU over 200 WCU/s x the time from the first write to the last; \
+           steady: the proxy's accepted WCU with the first 2 s and the last 3 s left out.\n\n\
+           | strategy | bucket | workers | utilization | steady | throttled requests | requests (x ideal) |\n|---|---|---|---|---|---|---|\n";
+    for d in SHALLOW_DEPTHS {
+        for r in of(rows, Run::Shallow(1, d).scenario()) {
+            if failed(r, &mut md) {
+                continue;
+            }
+            md += &format!(
+                "| {} | {} s | {} | {} | {} | {} | {:.1} |\n",
+                r["strategy"].as_str().unwrap_or(""),
+                d,
+                r["workers"],
+                pct(&r["utilization"]),
+                pct(&r["steady_utilization"]),
+                pct(&r["throttled_rate"]),
+                r["requests_x_ideal"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
     md
 }
 
@@ -658,6 +734,11 @@ async fn main() {
         }
         if wants("capacity-step") {
             plan.extend(workers.iter().map(|&w| (*v, Run::Stepped(w, false))));
+        }
+        for d in SHALLOW_DEPTHS {
+            if wants(Run::Shallow(1, d).scenario()) {
+                plan.extend(workers.iter().map(|&w| (*v, Run::Shallow(w, d))));
+            }
         }
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");

@@ -26,9 +26,14 @@
 //!   claimed; with `cap_at_share = false` it is found by probing. Without a
 //!   known share, one client never paces above `target_fraction` x capacity.
 //! - **Back to the fair share soon.** Below the expected share (target x
-//!   capacity x share) the rate climbs back linearly within `fast_recovery_s`:
-//!   a throttle there is a transient (peers starting, bursts coinciding), not
-//!   less capacity. Above it, CUBIC probes slowly.
+//!   capacity x share) the rate climbs back linearly, one decrease's worth
+//!   per `fast_recovery_s`: a throttle there is a transient (peers starting,
+//!   bursts coinciding), not less capacity. On a shallow table (one that has
+//!   shown it admits at once less than `SHALLOW_S` of its capacity) it is
+//!   back at the share within `fast_recovery_s` of the cut however deep the
+//!   cut was: partial answers there pull the accepted rate, and so the cut,
+//!   far down, and peers' requests meeting keep cutting. Above the share,
+//!   CUBIC probes slowly.
 //! - **Unless throttles there repeat.** A second congestion event at or
 //!   below the fair share within `settle_s` of the first says the table has
 //!   less free than the share: another writer (the live application, a
@@ -116,6 +121,9 @@ pub struct Adaptive {
     /// climbs back from w_max x this).
     last_cut: f64,
     last_decrease: Option<Duration>,
+    /// The rate the last decrease left (fast recovery climbs from there to
+    /// the fair share within `fast_recovery_s`).
+    cut_to: f64,
     /// Where the CUBIC climb toward `w_max` started: the last decrease, or
     /// the slow start reaching the warm throughput's share.
     climb_from: Option<Duration>,
@@ -174,6 +182,7 @@ impl Adaptive {
             cfg,
             w_max: None,
             last_decrease: None,
+            cut_to: 0.0,
             climb_from: None,
             last_update: None,
             first_seen: None,
@@ -305,11 +314,7 @@ impl Adaptive {
         let Some(fair) = fair.filter(|f| level <= 1.001 * f && !window.is_zero()) else {
             return;
         };
-        if self
-            .size
-            .admits_at_once()
-            .is_some_and(|p| p < SHALLOW_S * fair)
-        {
+        if self.shallow(fair) {
             // The server admits little at once: throttles below the share
             // are requests meeting peers' in a shallow bucket, not less
             // free capacity (ingest sim, shallow-bucket, 3 clients: 40%
@@ -329,6 +334,14 @@ impl Adaptive {
             self.settled_until = Some(now + self.settle_for);
         }
         self.last_below = Some(now);
+    }
+
+    /// Whether the server has shown it admits at once less than
+    /// `SHALLOW_S` of `rate` (units/s).
+    fn shallow(&self, rate: f64) -> bool {
+        self.size
+            .admits_at_once()
+            .is_some_and(|p| p < SHALLOW_S * rate)
     }
 
     /// Whether a settle ended less than its length (`settle_for`) before
@@ -427,6 +440,9 @@ impl Strategy for Adaptive {
         // admits at once, or far below the fair share: the request shrinks,
         // the rate stays.
         let fair = self.expected.map(|e| e * self.cfg.target_fraction);
+        if let (Some(share), Some(c)) = (fb.share, self.capacity) {
+            self.size.set_part(share, SHALLOW_S * c);
+        }
         let slow = fair.is_some_and(|f| self.rate < self.cfg.slow_below * f);
         let size_signal = self.cfg.shrink_requests
             && self
@@ -472,6 +488,7 @@ impl Strategy for Adaptive {
                 };
                 self.w_max = Some(base);
                 self.rate = base * self.last_cut;
+                self.cut_to = self.rate;
                 self.last_decrease = Some(fb.now);
                 self.climb_from = Some(fb.now);
                 self.metrics.went_down += 1;
@@ -482,9 +499,22 @@ impl Strategy for Adaptive {
             let learned = self.learned(fb.now);
             let climb = self.climb_from.map(|t| fb.now.saturating_sub(t));
             self.rate = match (self.w_max, climb, fair) {
-                // One decrease's worth (f x (1 - decrease)) per fast_recovery_s.
+                // One decrease's worth (f x (1 - decrease)) per
+                // fast_recovery_s; on a shallow server, back at the fair
+                // share within fast_recovery_s of the cut however deep it
+                // was: its throttles below the share are peers' requests
+                // meeting, and deep cuts there (to the accepted rate, which
+                // partial answers pull down) held three workers at a third
+                // of their shares.
                 (_, _, Some(f)) if self.rate < f && !learned => {
-                    let step = f * (1.0 - self.cfg.decrease) / self.cfg.fast_recovery_s;
+                    let step = f * (1.0 - self.cfg.decrease);
+                    let table = self.capacity.unwrap_or(f);
+                    let gap = if self.shallow(table) {
+                        (f - self.cut_to).max(step)
+                    } else {
+                        step
+                    };
+                    let step = gap / self.cfg.fast_recovery_s;
                     (self.rate + step * dt).min(f)
                 }
                 (Some(w), Some(t), _) => {

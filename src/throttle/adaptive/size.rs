@@ -37,6 +37,13 @@
 //!   to a batch larger than any before, and held them there: 15x the ideal
 //!   request count in `ingest sim`'s two-jobs scenario.)
 //!
+//! - a client with a share of the table (its part of the consumer group's
+//!   work) sends at most that part of what the server admits at once: its
+//!   peers' requests meet its own in the same bucket, and those of three
+//!   workers at a third of it each still fit together (measured end to end,
+//!   3 workers on a 200 WCU/s table with a 10 WCU bucket: 80% utilization
+//!   and 1.4% throttled requests instead of 53% and 4.4%).
+//!
 //! So a server that admits less than a batch at a time sees one partial
 //! answer per `hold` (plus the few of the regrowth), not one per request.
 
@@ -66,6 +73,14 @@ pub struct RequestSize {
     limited: bool,
     /// The largest request admitted whole within `MEMORY`.
     whole: MaxWindow,
+    /// This client's part of what the server admits at once (its share of
+    /// the table: its peers' requests meet its own in the same bucket).
+    part: f64,
+    /// A server that admits less than this at once is shallow: only there
+    /// does the client keep to its part (a deep bucket that another job
+    /// keeps low admits little at once too, and tiny requests there only
+    /// cost calls).
+    shallow_below: f64,
 }
 
 impl RequestSize {
@@ -78,6 +93,28 @@ impl RequestSize {
             hold_until: Duration::ZERO,
             limited: false,
             whole: MaxWindow::new(MEMORY),
+            part: 1.0,
+            shallow_below: 0.0,
+        }
+    }
+
+    /// This client's part of what the server admits at once, where that is
+    /// less than `shallow_below` units (see the module doc).
+    pub fn set_part(&mut self, part: f64, shallow_below: f64) {
+        if part.is_finite() && part > 0.0 {
+            self.part = part.min(1.0);
+        }
+        if shallow_below.is_finite() {
+            self.shallow_below = shallow_below.max(0.0);
+        }
+    }
+
+    /// The part of `admitted` units this client keeps to.
+    fn part_of(&self, admitted: f64) -> f64 {
+        if admitted < self.shallow_below {
+            (admitted * self.part).max(1.0)
+        } else {
+            admitted
         }
     }
 
@@ -118,7 +155,7 @@ impl RequestSize {
                 // as much as it admitted whole lately.
                 let whole = self.whole.max(now).unwrap_or(0.0);
                 let admitted = admitted.max(if slow { whole / 2.0 } else { whole });
-                self.limit = Some(admitted);
+                self.limit = Some(self.part_of(admitted));
                 self.proven = Some(admitted);
                 self.limited = true;
             } else {
@@ -127,8 +164,8 @@ impl RequestSize {
                 // to half the proven size (smaller ones cost more calls
                 // than they save).
                 let l = self.limit.unwrap_or(sent);
-                let floor = self.proven.map_or(0.0, |p| p / 2.0);
-                self.limit = Some(admitted.max(l / 2.0).max(floor).min(l));
+                let floor = self.proven.map_or(0.0, |p| self.part_of(p) / 2.0);
+                self.limit = Some(admitted.max(l / 2.0).max(floor).max(1.0).min(l));
                 self.hold_until = now + self.hold;
                 return false;
             }
@@ -261,6 +298,33 @@ mod tests {
         assert!(!s.observe(ms(30_000), 25.0, 25.0, false, false));
         assert!(s.observe(ms(70_000), 20.0, 3.0, true, true));
         assert_eq!(s.limit(), Some(12.5), "half of the 25 admitted since");
+    }
+
+    #[test]
+    fn a_client_takes_its_part_of_what_the_server_admits_at_once() {
+        // Three workers share a bucket that admits 12 units at once: each
+        // sends at most a third of it, so their requests, when they meet,
+        // still fit together.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        s.set_part(1.0 / 3.0, 16.0);
+        assert_eq!(s.limit(), None, "no part before a limit is seen");
+        assert!(s.observe(ms(0), 50.0, 12.0, true, false));
+        assert_eq!(s.admits_at_once(), Some(12.0));
+        // A partial answer within it halves the size, to half the part.
+        assert!(!s.observe(ms(100), 4.0, 1.0, true, false));
+        assert_eq!(s.limit(), Some(2.0));
+        // Never below one unit; a nonsense share changes nothing.
+        s.set_part(0.01, 16.0);
+        s.set_part(f64::NAN, f64::NAN);
+        assert!(s.observe(ms(200), 20.0, 12.0, true, false));
+        assert_eq!(s.limit(), Some(1.0));
+        // A deep bucket kept low (it admitted 40 whole) is not shallow:
+        // the whole of what it admits.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        s.set_part(1.0 / 3.0, 16.0);
+        assert!(!s.observe(ms(0), 40.0, 40.0, false, false));
+        assert!(s.observe(ms(100), 50.0, 12.0, true, false));
+        assert_eq!(s.limit(), Some(40.0));
     }
 
     #[test]

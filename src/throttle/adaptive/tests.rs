@@ -428,3 +428,47 @@ fn an_on_demand_tables_slow_start_stops_at_its_share_of_what_it_is_warm_for() {
     }
     assert!(c.rate().unwrap() > 300.0, "{:?}", c.rate());
 }
+
+/// Three workers on a table whose bucket admits 10 of its 200 units at
+/// once: a partial answer cuts one to 0.9 x what it wrote lately, far below
+/// its share; it is back at the share within `fast_recovery_s`. On a table
+/// that has shown no such limit, the same cut climbs back one decrease's
+/// worth per `fast_recovery_s`.
+#[test]
+fn a_deep_cut_on_a_shallow_table_is_recovered_within_fast_recovery_s() {
+    let run = |shallow: bool| {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        let fb = |ms: u64, throttled: bool, sent: f64, written: f64| Feedback {
+            sent_units: sent,
+            written_units: written,
+            share: Some(1.0 / 3.0),
+            ..at(ms, throttled, written, Some(200.0))
+        };
+        if shallow {
+            // A full batch comes back with 10 of its 50 units written.
+            a.after_attempt(&fb(0, true, 50.0, 10.0));
+        } else {
+            a.after_attempt(&fb(0, false, 10.0, 10.0));
+        }
+        // It writes little for 3 s (its requests wait on retries).
+        for ms in (100..3_000).step_by(100) {
+            a.after_attempt(&fb(ms, false, 1.0, 1.0));
+        }
+        // A partial answer within what the table admits at once.
+        a.after_attempt(&fb(3_000, true, 5.0, 2.0));
+        let cut = a.rate().unwrap();
+        assert!(cut < 20.0, "a deep cut: {cut}");
+        let mut ms = 3_000;
+        while ms < 8_500 {
+            ms += 100;
+            let r = a.rate().unwrap();
+            a.after_attempt(&fb(ms, false, r / 10.0, r / 10.0));
+        }
+        a.rate().unwrap()
+    };
+    let fair = 200.0 / 3.0 * 0.98;
+    let shallow = run(true);
+    assert!((shallow - fair).abs() < 1e-6, "{shallow} vs {fair}");
+    let deep = run(false);
+    assert!(deep < 0.5 * fair, "{deep}");
+}
