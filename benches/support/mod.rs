@@ -162,6 +162,28 @@ impl Job {
         }
     }
 
+    /// As [`Job::finish`], but workers still running `limit` after the
+    /// start are stopped with SIGTERM (they drain and exit 0 with a
+    /// summary): a strategy that collapses on a shape ends its row in
+    /// bounded time. Also returns whether they had to be stopped.
+    pub fn finish_within(mut self, what: &str, limit: Duration) -> (JobResult, bool) {
+        let stopped = loop {
+            if self.workers.iter_mut().all(|w| w.exited()) {
+                break false;
+            }
+            if self.started.elapsed() >= limit {
+                for w in self.workers.iter_mut() {
+                    if !w.exited() {
+                        w.signal("TERM");
+                    }
+                }
+                break true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        (self.finish(what), stopped)
+    }
+
     /// Waits for every worker's exit (each must exit 0 with a summary).
     pub fn finish(mut self, what: &str) -> JobResult {
         let mut r = JobResult::default();

@@ -221,6 +221,11 @@ impl Worker {
             .collect()
     }
 
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .arg(format!("-{sig}"))
