@@ -121,9 +121,6 @@ pub struct Adaptive {
     /// climbs back from w_max x this).
     last_cut: f64,
     last_decrease: Option<Duration>,
-    /// The rate the last decrease left (fast recovery climbs from there to
-    /// the fair share within `fast_recovery_s`).
-    cut_to: f64,
     /// Where the CUBIC climb toward `w_max` started: the last decrease, or
     /// the slow start reaching the warm throughput's share.
     climb_from: Option<Duration>,
@@ -182,7 +179,6 @@ impl Adaptive {
             cfg,
             w_max: None,
             last_decrease: None,
-            cut_to: 0.0,
             climb_from: None,
             last_update: None,
             first_seen: None,
@@ -488,7 +484,6 @@ impl Strategy for Adaptive {
                 };
                 self.w_max = Some(base);
                 self.rate = base * self.last_cut;
-                self.cut_to = self.rate;
                 self.last_decrease = Some(fb.now);
                 self.climb_from = Some(fb.now);
                 self.metrics.went_down += 1;
@@ -507,12 +502,14 @@ impl Strategy for Adaptive {
                 // partial answers pull down) held three workers at a third
                 // of their shares.
                 (_, _, Some(f)) if self.rate < f && !learned => {
+                    // (A fair share implies a known capacity; the last
+                    // cut left the rate at w_max x last_cut.)
                     let step = f * (1.0 - self.cfg.decrease);
-                    let table = self.capacity.unwrap_or(f);
-                    let gap = if self.shallow(table) {
-                        (f - self.cut_to).max(step)
-                    } else {
-                        step
+                    let gap = match self.w_max {
+                        Some(w) if self.capacity.is_some_and(|c| self.shallow(c)) => {
+                            (f - w * self.last_cut).max(step)
+                        }
+                        _ => step,
                     };
                     let step = gap / self.cfg.fast_recovery_s;
                     (self.rate + step * dt).min(f)
