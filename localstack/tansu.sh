@@ -15,8 +15,17 @@ name="${TANSU_NAME:-tansu}"
 port="${TANSU_PORT:-9092}"
 if [ "${TANSU_FRESH:-0}" = 1 ] && [ -f "$INGEST_RUN/$name.pid" ]; then
   # A fresh instance: stop the one left running (its data goes below).
-  kill "$(cat "$INGEST_RUN/$name.pid")" 2>/dev/null || true
+  pid=$(cat "$INGEST_RUN/$name.pid")
+  kill "$pid" 2>/dev/null || true
   for _ in $(seq 50); do wait_port "$port" 0 || break; sleep 0.1; done
+  if wait_port "$port" 0; then
+    kill -9 "$pid" 2>/dev/null || true
+    sleep 0.5
+  fi
+  if wait_port "$port" 0; then
+    log "127.0.0.1:$port still listens after stopping $name (pid $pid): a fresh broker cannot start"
+    exit 1
+  fi
   rm -f "$INGEST_RUN/$name.pid"
 fi
 if wait_port "$port" 0; then

@@ -268,7 +268,7 @@ async fn sigterm_drains_in_flight_writes_and_commits_exactly_what_was_written() 
     assert!(below.is_subset(&present), "a committed record is missing");
     let beyond = present.len() - below.len();
     assert!(
-        beyond <= 8 * 25,
+        beyond <= ingest::config::DynamoSettings::default().max_in_flight_batches * 25,
         "{beyond} records written beyond the committed offsets (max_in_flight_batches x 25)"
     );
     eprintln!(

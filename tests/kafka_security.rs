@@ -355,17 +355,24 @@ async fn a_broker_certificate_from_another_ca_is_refused_by_name() {
     let b = TlsBroker::start(None);
     let s = Setup::new(1, "").await;
     use_tls(&s, &b, &b.other_ca, None);
-    let (code, _, text) = run(&s, &[("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000")]);
-    assert_eq!(code, Some(1), "{text}");
-    let told = exit_error(&text);
-    assert!(
-        told.contains(&format!("cannot reach Kafka at {}", b.addr))
-            && told.contains("certificate verify failed"),
-        "{told}"
-    );
+    let (code, _, text) = run(&s, &[FAIL_FAST]);
+    assert_refused(code, &text, &b, "certificate verify failed");
 }
 
 const PASSWORD: &str = "s3cret-6f1d9a";
+
+/// A broker that refuses the worker fails it within 3 s.
+const FAIL_FAST: (&str, &str) = ("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000");
+
+/// The worker exited 1, its error naming the broker it could not reach and
+/// `why`.
+fn assert_refused(code: Option<i32>, text: &str, b: &TlsBroker, why: &str) {
+    assert_eq!(code, Some(1), "{text}");
+    let told = exit_error(text);
+    let at = format!("cannot reach Kafka at {}", b.addr);
+    assert!(told.contains(&at), "no {at:?} in: {told}");
+    assert!(told.contains(why), "no {why:?} in: {told}");
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_worker_authenticates_with_scram_over_tls_and_never_prints_the_password() {
@@ -396,16 +403,10 @@ async fn a_wrong_scram_password_is_refused_by_name() {
         &s,
         &[
             ("INGEST__KAFKA__PROPERTIES__SASL_PASSWORD", wrong),
-            ("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000"),
+            FAIL_FAST,
         ],
     );
-    assert_eq!(code, Some(1), "{text}");
-    let told = exit_error(&text);
-    assert!(
-        told.contains(&format!("cannot reach Kafka at {}", b.addr))
-            && told.contains("SCRAM authentication failed"),
-        "{told}"
-    );
+    assert_refused(code, &text, &b, "SCRAM authentication failed");
     assert!(!text.contains(wrong), "the password was printed");
 }
 
@@ -426,14 +427,7 @@ async fn msk_iam_auth_signs_a_token_from_the_aws_chain_for_each_client() {
     let b = TlsBroker::start(Some(("ingest", PASSWORD)));
     let s = Setup::new(1, "").await;
     use_msk_iam(&s, &b);
-    let (code, _, text) = run(
-        &s,
-        &[
-            ("INGEST__KAFKA__METADATA_TIMEOUT_MS", "3000"),
-            ("INGEST__LOG__LEVEL", "debug"),
-        ],
-    );
-    assert_eq!(code, Some(1), "{text}");
+    let (code, _, text) = run(&s, &[FAIL_FAST, ("INGEST__LOG__LEVEL", "debug")]);
     let signed = text
         .lines()
         .filter(|l| l.contains("MSK IAM token signed") && l.contains("eu-west-1"))
@@ -442,11 +436,7 @@ async fn msk_iam_auth_signs_a_token_from_the_aws_chain_for_each_client() {
         signed >= 2,
         "the consumer and the dead-letter producer sign: {text}"
     );
-    let told = exit_error(&text);
-    assert!(
-        told.contains(&format!("cannot reach Kafka at {}", b.addr)) && told.contains("SASL"),
-        "{told}"
-    );
+    assert_refused(code, &text, &b, "SASL");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -272,6 +272,10 @@ pub(super) fn starts_at_end(kafka: &KafkaSettings) -> bool {
 /// How long the first metadata request of the start-up check waits.
 const METADATA_SLICE: Duration = Duration::from_millis(500);
 
+/// How many queued events the start-up check serves before it reports a
+/// broker it could not reach (librdkafka's reasons among them).
+const QUEUED_AT_FAILURE: usize = 64;
+
 /// Checks that every topic exists; returns each topic's partition count.
 fn check_topics(
     consumer: &BaseConsumer<Ctx>,
@@ -296,9 +300,16 @@ fn check_topics(
             other => break other,
         }
     };
-    let md = md.map_err(|cause| SourceError::Unreachable {
-        brokers: brokers.clone(),
-        cause: format!("{cause}{}", consumer.context().errors_told()),
+    let md = md.map_err(|cause| {
+        // What the last try queued (one event per poll; nothing is
+        // assigned yet, so no record is taken).
+        for _ in 0..QUEUED_AT_FAILURE {
+            let _ = consumer.poll(Duration::ZERO);
+        }
+        SourceError::Unreachable {
+            brokers: brokers.clone(),
+            cause: format!("{cause}{}", consumer.context().errors_told()),
+        }
     })?;
     let counts: HashMap<String, usize> = md
         .topics()

@@ -147,13 +147,19 @@ level = "info"
     /// (`value` as TOML: quote strings).
     pub fn set_line(&self, key: &str, value: &str) {
         let text = std::fs::read_to_string(&self.config).unwrap();
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{key} =")))
-            .unwrap_or_else(|| panic!("no {key} in the setup's config"))
-            .to_string();
-        let text = text.replacen(&line, &format!("{key} = {value}"), 1);
-        std::fs::write(&self.config, text).unwrap();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        // That line only (a substring replace could hit an earlier line
+        // ending with the same text: `aws_region = ...` for `region`).
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("{key} =")))
+            .unwrap_or_else(|| panic!("no {key} in the setup's config"));
+        lines[at] = format!("{key} = {value}");
+        let mut out = lines.join("\n");
+        if text.ends_with('\n') {
+            out.push('\n');
+        }
+        std::fs::write(&self.config, out).unwrap();
     }
 
     /// Sets config keys by appending a section (e.g. "[throttle]\n...").
@@ -174,6 +180,8 @@ pub struct Worker {
     pub child: Child,
     pub logs: Arc<Mutex<Vec<Value>>>,
     stdout: Option<std::process::ChildStdout>,
+    /// The thread collecting stderr into `logs`.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Worker {
@@ -195,7 +203,7 @@ impl Worker {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = logs.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
                 sink.lock().unwrap().push(v);
@@ -206,6 +214,7 @@ impl Worker {
             child,
             logs,
             stdout,
+            reader: Some(reader),
         }
     }
 
@@ -247,6 +256,18 @@ impl Worker {
                     s.read_to_string(&mut out).unwrap();
                 }
                 let summary = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
+                // The last log lines (the error it exited with) may still
+                // be on their way into `logs`: the reader ends at the
+                // pipe's end (within 5 s, in case a child holds it open).
+                if let Some(reader) = self.reader.take() {
+                    let until = Instant::now() + Duration::from_secs(5);
+                    while !reader.is_finished() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    if reader.is_finished() {
+                        let _ = reader.join();
+                    }
+                }
                 return (status.code(), summary);
             }
             if Instant::now() > deadline {
