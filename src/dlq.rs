@@ -206,7 +206,10 @@ impl DeadLetters {
         tokens: Option<std::sync::Arc<MskIamTokens>>,
     ) -> Result<Self, KafkaError> {
         let producer: FutureProducer<AuthContext> =
-            producer_config(kafka).create_with_context(AuthContext { tokens })?;
+            producer_config(kafka).create_with_context(AuthContext {
+                tokens,
+                client: "dead letters",
+            })?;
         Ok(Self::with(
             std::sync::Arc::new(Producer(producer)),
             &kafka.dead_letter_topic,

@@ -8,13 +8,17 @@
 //! `host` header, the empty payload's hash, `X-Amz-Expires=900`, the session
 //! token signed in when there is one), then a `User-Agent` parameter
 //! appended after signing, and the whole URL base64url-encoded without
-//! padding. It expires 900 s after its signing time. Pure: credentials and
-//! time are passed in (the caller gets them from aws-config's chain and
-//! refreshes the token before it expires).
+//! padding. It expires 900 s after its signing time. `token` is pure:
+//! credentials and time are passed in. `MskIamTokens` signs one every
+//! 5 minutes on the worker's runtime, with credentials from aws-config's
+//! chain, and hands the newest to each client's OAUTHBEARER refresh without
+//! waiting.
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
     sign, SignableBody, SignableRequest, SignatureLocation, SigningSettings,
@@ -171,6 +175,46 @@ mod tests {
         let later = token(&creds, "eu-west-1", at + Duration::from_secs(1)).unwrap();
         assert_ne!(later.value, t.value);
     }
+
+    #[test]
+    fn the_slot_resigns_after_five_minutes_retries_failures_and_serves_only_live_tokens() {
+        let creds = Credentials::new("AKIDEXAMPLE", "secret", None, None, "test");
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_478_400);
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut slot = Slot::default();
+        assert_eq!(
+            slot.next_signing(t0),
+            Duration::ZERO,
+            "nothing yet: sign now"
+        );
+        assert!(slot
+            .current(t0)
+            .unwrap_err()
+            .contains("no token signed yet"));
+        slot.signed(token(&creds, "eu-west-1", t0).unwrap(), t0);
+        assert_eq!(slot.next_signing(s(100)), Duration::from_secs(200));
+        assert_eq!(
+            slot.next_signing(s(400)),
+            Duration::ZERO,
+            "overdue: at once"
+        );
+        // A failed signing keeps the last token while it has 30 s left.
+        slot.failed("no credentials from IMDS".into(), s(300));
+        assert_eq!(slot.next_signing(s(300)), RETRY_AFTER);
+        assert!(slot.current(s(869)).is_ok());
+        let stale = slot.current(s(871)).unwrap_err();
+        assert!(
+            stale.contains("expires within 30 s") && stale.contains("no credentials from IMDS"),
+            "{stale}"
+        );
+        // A later success clears the failure.
+        slot.signed(token(&creds, "eu-west-1", s(880)).unwrap(), s(880));
+        assert_eq!(
+            slot.current(s(881)).unwrap().expires_ms,
+            (1_795_478_400 + 880 + 900) * 1000
+        );
+        assert_eq!(slot.next_signing(s(880)), RESIGN_AFTER);
+    }
 }
 
 /// Sets what `kafka.auth = "aws-msk-iam"` implies on a client config:
@@ -185,19 +229,121 @@ pub fn configure(cfg: &mut rdkafka::ClientConfig, kafka: &crate::config::KafkaSe
     cfg.set("sasl.mechanisms", "OAUTHBEARER");
 }
 
-/// Signs tokens for librdkafka's OAUTHBEARER refreshes: credentials from
-/// aws-config's chain (environment, profile, web identity, ECS or EC2 role),
-/// fetched at each refresh (librdkafka asks at 80% of a token's life).
+/// Sign a new token once the current one is this old (a third of its life):
+/// whatever librdkafka is handed still has at least 600 s to run.
+pub const RESIGN_AFTER: Duration = Duration::from_secs(300);
+
+/// After a failed signing (no credentials), try again this soon.
+pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// A token with less than this left is not handed out.
+pub const MIN_LEFT: Duration = Duration::from_secs(30);
+
+/// The newest token and the newest failure, and when to sign next. Pure:
+/// time is passed in.
+#[derive(Debug, Default)]
+pub struct Slot {
+    token: Option<Token>,
+    signed_at: Option<SystemTime>,
+    failure: Option<String>,
+    failed_at: Option<SystemTime>,
+}
+
+impl Slot {
+    /// A token signed at `at`.
+    pub fn signed(&mut self, token: Token, at: SystemTime) {
+        self.token = Some(token);
+        self.signed_at = Some(at);
+        self.failure = None;
+        self.failed_at = None;
+    }
+
+    /// A signing that failed at `at` (the last token is kept while valid).
+    pub fn failed(&mut self, why: String, at: SystemTime) {
+        self.failure = Some(why);
+        self.failed_at = Some(at);
+    }
+
+    /// How long from `now` until the next signing.
+    pub fn next_signing(&self, now: SystemTime) -> Duration {
+        let due = match (self.failed_at, self.signed_at) {
+            (Some(f), _) => f + RETRY_AFTER,
+            (None, Some(s)) => s + RESIGN_AFTER,
+            (None, None) => now,
+        };
+        due.duration_since(now).unwrap_or_default()
+    }
+
+    /// The token to hand librdkafka at `now`: the newest, while it has at
+    /// least `MIN_LEFT` to run; else why there is none.
+    pub fn current(&self, now: SystemTime) -> Result<Token, String> {
+        let now_ms = now
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as i64;
+        match &self.token {
+            Some(t) if t.expires_ms - now_ms >= MIN_LEFT.as_millis() as i64 => Ok(t.clone()),
+            stale => Err(format!(
+                "{}{}",
+                if stale.is_some() {
+                    "the last token expires within 30 s and no new one could be signed"
+                } else {
+                    "no token signed yet"
+                },
+                self.failure
+                    .as_ref()
+                    .map(|f| format!(": {f}"))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+}
+
+/// Signs tokens for librdkafka's OAUTHBEARER refreshes. A task on the
+/// worker's runtime fetches credentials from aws-config's chain
+/// (environment, profile, web identity, ECS or EC2 role) and signs a token
+/// every `RESIGN_AFTER` (every `RETRY_AFTER` while that fails) into a shared
+/// slot; librdkafka's refresh, on the thread that polls its client, only
+/// reads the slot, so a slow credentials source never holds a poll. The task
+/// ends when the signer is dropped.
 #[derive(Debug)]
 pub struct MskIamTokens {
     region: String,
-    credentials: aws_credential_types::provider::SharedCredentialsProvider,
-    runtime: tokio::runtime::Handle,
+    slot: Arc<Mutex<Slot>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MskIamTokens {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Credentials from `provider` within `CREDENTIALS_TIMEOUT`, signed into a
+/// token for `region` at `now`.
+async fn sign_fresh(
+    provider: &SharedCredentialsProvider,
+    region: &str,
+    now: impl Fn() -> SystemTime,
+) -> Result<Token, MskIamError> {
+    use aws_credential_types::provider::ProvideCredentials;
+    let fetched = tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials())
+        .await
+        .map_err(|_| MskIamError::NoCredentials(format!("none within {CREDENTIALS_TIMEOUT:?}")))?
+        .map_err(|e| {
+            MskIamError::NoCredentials(
+                aws_smithy_types::error::display::DisplayErrorContext(e).to_string(),
+            )
+        })?;
+    let t = token(&fetched, region, now())?;
+    tracing::debug!(region, expires_ms = t.expires_ms, "MSK IAM token signed");
+    Ok(t)
 }
 
 impl MskIamTokens {
-    /// The signer for `region` (None: the AWS region chain), on the current
-    /// runtime.
+    /// The signer for `region` (None: the AWS region chain), with its first
+    /// token signed (so missing credentials stop the worker at start, named),
+    /// and its signing task spawned on the current runtime.
     pub async fn load(region: Option<String>) -> Result<Self, MskIamError> {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some(r) = region.filter(|r| !r.trim().is_empty()) {
@@ -209,51 +355,31 @@ impl MskIamTokens {
             .map(|r| r.to_string())
             .filter(|r| !r.trim().is_empty())
             .ok_or(MskIamError::NoRegion)?;
-        let credentials = conf
+        let provider = conf
             .credentials_provider()
             .ok_or_else(|| MskIamError::NoCredentials("no credentials provider".into()))?;
-        Ok(Self {
-            region,
-            credentials,
-            runtime: tokio::runtime::Handle::current(),
-        })
+        let first = sign_fresh(&provider, &region, SystemTime::now).await?;
+        let mut slot = Slot::default();
+        slot.signed(first, SystemTime::now());
+        let slot = Arc::new(Mutex::new(slot));
+        let task = tokio::spawn(keep_signing(
+            Arc::downgrade(&slot),
+            provider,
+            region.clone(),
+        ));
+        Ok(Self { region, slot, task })
     }
 
-    /// A fresh token, as librdkafka takes it. Blocks: librdkafka calls it
-    /// from the thread that polls the client; the credentials are fetched on
-    /// the worker's runtime (from a runtime worker, through
-    /// `block_in_place`, so no worker is held).
-    pub fn oauth_token(&self) -> Result<rdkafka::client::OAuthToken, MskIamError> {
-        use aws_credential_types::provider::ProvideCredentials;
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        // Bounded: a credentials source that hangs (an unreachable metadata
-        // endpoint) must not hold the thread that polls the client.
-        // (The timer is made inside the runtime: built outside, it panics.)
-        let fetch = || {
-            self.runtime.block_on(async {
-                tokio::time::timeout(CREDENTIALS_TIMEOUT, self.credentials.provide_credentials())
-                    .await
-            })
-        };
-        let fetched = match Handle::try_current().map(|h| h.runtime_flavor()) {
-            // librdkafka's own threads, the source's blocking thread.
-            Err(_) => fetch(),
-            // A runtime worker (say, a producer flushing as it is dropped).
-            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(fetch),
-            Ok(_) => {
-                return Err(MskIamError::NoCredentials(
-                    "asked on a single-threaded runtime, which cannot wait for them".into(),
-                ))
-            }
-        }
-        .map_err(|_| MskIamError::NoCredentials(format!("none within {CREDENTIALS_TIMEOUT:?}")))?
-        .map_err(|e| {
-            MskIamError::NoCredentials(
-                aws_smithy_types::error::display::DisplayErrorContext(e).to_string(),
-            )
-        })?;
-        let t = token(&fetched, &self.region, SystemTime::now())?;
-        tracing::debug!(region = %self.region, expires_ms = t.expires_ms, "MSK IAM token signed");
+    /// The current token, as librdkafka takes it. Never waits: it reads what
+    /// the signing task left. `client` names the asking client in the log.
+    pub fn oauth_token(&self, client: &str) -> Result<rdkafka::client::OAuthToken, MskIamError> {
+        let t = self
+            .slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .current(SystemTime::now())
+            .map_err(MskIamError::NoCredentials)?;
+        tracing::debug!(region = %self.region, client, expires_ms = t.expires_ms, "MSK IAM token served");
         Ok(rdkafka::client::OAuthToken {
             token: t.value,
             principal_name: "ingest".into(),
@@ -262,13 +388,42 @@ impl MskIamTokens {
     }
 }
 
+/// Signs into `slot` when it says, until the signer is gone.
+async fn keep_signing(
+    slot: Weak<Mutex<Slot>>,
+    provider: SharedCredentialsProvider,
+    region: String,
+) {
+    loop {
+        let wait = match slot.upgrade() {
+            Some(s) => s
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .next_signing(SystemTime::now()),
+            None => return,
+        };
+        tokio::time::sleep(wait).await;
+        let signed = sign_fresh(&provider, &region, SystemTime::now).await;
+        let Some(s) = slot.upgrade() else { return };
+        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
+        match signed {
+            Ok(t) => s.signed(t, SystemTime::now()),
+            Err(e) => {
+                tracing::warn!(region = %region, error = %e, "MSK IAM token not signed; the last one is kept while valid");
+                s.failed(e.to_string(), SystemTime::now());
+            }
+        }
+    }
+}
+
 /// librdkafka's answer for an OAUTHBEARER refresh: an MSK IAM token, or why
 /// there is none.
 pub fn refresh(
     tokens: Option<&MskIamTokens>,
+    client: &str,
 ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
     match tokens {
-        Some(t) => Ok(t.oauth_token()?),
+        Some(t) => Ok(t.oauth_token(client)?),
         None => Err("OAUTHBEARER tokens are signed only with kafka.auth = \"aws-msk-iam\"".into()),
     }
 }
@@ -278,6 +433,8 @@ pub fn refresh(
 #[derive(Debug, Clone, Default)]
 pub struct AuthContext {
     pub tokens: Option<std::sync::Arc<MskIamTokens>>,
+    /// Which client asks ("dead letters", "backlog"), for the log.
+    pub client: &'static str,
 }
 
 impl rdkafka::ClientContext for AuthContext {
@@ -287,7 +444,7 @@ impl rdkafka::ClientContext for AuthContext {
         &self,
         _config: Option<&str>,
     ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
-        refresh(self.tokens.as_deref())
+        refresh(self.tokens.as_deref(), self.client)
     }
 }
 

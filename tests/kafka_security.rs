@@ -422,7 +422,7 @@ fn use_msk_iam(s: &Setup, b: &TlsBroker) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn msk_iam_auth_signs_a_token_from_the_aws_chain_for_each_client() {
+async fn msk_iam_auth_serves_a_token_from_the_aws_chain_to_each_client() {
     // tansu takes no OAUTHBEARER: the worker signs, offers, and is refused.
     let b = TlsBroker::start(Some(("ingest", PASSWORD)));
     let s = Setup::new(1, "").await;
@@ -432,20 +432,30 @@ async fn msk_iam_auth_signs_a_token_from_the_aws_chain_for_each_client() {
         .lines()
         .filter(|l| l.contains("MSK IAM token signed") && l.contains("eu-west-1"))
         .count();
-    assert!(
-        signed >= 2,
-        "the consumer and the dead-letter producer sign: {text}"
-    );
+    assert!(signed >= 1, "the worker signs a token at start: {text}");
+    for client in ["consumer", "dead letters"] {
+        assert!(
+            text.lines().any(|l| l.contains("MSK IAM token served")
+                && l.contains(&format!("\"client\":\"{client}\""))),
+            "the {client} is handed the token: {text}"
+        );
+    }
     assert_refused(code, &text, &b, "SASL");
+}
+
+/// `kafka.auth = "aws-msk-iam"` on the tests' broker (the worker stops
+/// before it connects).
+fn msk_iam_on_the_tests_broker(s: &Setup, region: &str) {
+    s.set_line(
+        "brokers",
+        &format!("\"{}\"\nauth = \"aws-msk-iam\"\n{region}", brokers()),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn msk_iam_auth_without_a_region_says_so() {
-    let b = TlsBroker::start(Some(("ingest", PASSWORD)));
     let s = Setup::new(1, "").await;
-    use_msk_iam(&s, &b);
-    let text = std::fs::read_to_string(&s.config).unwrap();
-    std::fs::write(&s.config, text.replace("aws_region = \"eu-west-1\"\n", "")).unwrap();
+    msk_iam_on_the_tests_broker(&s, "");
     let (code, _, text) = run(
         &s,
         &[
@@ -458,6 +468,40 @@ async fn msk_iam_auth_without_a_region_says_so() {
     assert_eq!(code, Some(1), "{text}");
     assert!(
         exit_error(&text).contains("MSK IAM: no AWS region (set kafka.aws_region or AWS_REGION)"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn msk_iam_auth_without_credentials_stops_at_start_saying_so() {
+    let s = Setup::new(1, "").await;
+    msk_iam_on_the_tests_broker(&s, "aws_region = \"eu-west-1\"");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"));
+    cmd.args(["run", "--until-caught-up", "--config"])
+        .arg(&s.config);
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs([
+        ("AWS_CONFIG_FILE", "/nonexistent/aws-config"),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/aws-credentials",
+        ),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]);
+    let (code, _, text) = Worker::start(cmd).wait_logged(Duration::from_secs(120));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        exit_error(&text).contains("MSK IAM token: no AWS credentials"),
         "{text}"
     );
 }

@@ -62,7 +62,7 @@ impl ClientContext for Ctx {
         &self,
         _config: Option<&str>,
     ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
-        crate::msk_iam::refresh(self.tokens.as_deref())
+        crate::msk_iam::refresh(self.tokens.as_deref(), "consumer")
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {

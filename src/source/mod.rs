@@ -242,6 +242,7 @@ fn start_backlog(consumer: &BaseConsumer<Ctx>, opts: &SourceOptions) -> Option<B
         &consumer_config(&opts.kafka),
         crate::msk_iam::AuthContext {
             tokens: opts.tokens.clone(),
+            client: "backlog",
         },
         parts,
         starts_at_end(&opts.kafka),

@@ -86,6 +86,14 @@ pub async fn run(
         None => None,
     };
     let exporter = listener.as_ref().map(|_| Arc::new(Exporter::new()));
+    // First: a missing region or credentials for Kafka is named before
+    // DynamoDB is asked anything.
+    let tokens = match settings.kafka.auth {
+        crate::config::KafkaAuth::AwsMskIam => Some(Arc::new(
+            crate::msk_iam::MskIamTokens::load(settings.kafka.aws_region.clone()).await?,
+        )),
+        crate::config::KafkaAuth::None => None,
+    };
     let sink: Arc<dyn Sink> =
         Arc::new(Dynamo::connect(&settings.dynamodb, settings.throttle.sdk_retry_mode).await);
     let seed = process_seed();
@@ -106,12 +114,6 @@ pub async fn run(
         settings.pipeline.max_buffered_records,
     ));
     let buffered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let tokens = match settings.kafka.auth {
-        crate::config::KafkaAuth::AwsMskIam => Some(Arc::new(
-            crate::msk_iam::MskIamTokens::load(settings.kafka.aws_region.clone()).await?,
-        )),
-        crate::config::KafkaAuth::None => None,
-    };
     let dlq =
         DeadLetters::new(&settings.kafka, tokens.clone()).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
