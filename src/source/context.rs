@@ -142,11 +142,7 @@ impl ConsumerContext for Ctx {
 impl Ctx {
     /// Keeps `message` among the last [`ERRORS_KEPT`] distinct errors.
     fn note_error(&self, message: &str) {
-        let mut errors = self.errors.lock();
-        errors.retain(|e| e != message);
-        errors.push(message.to_string());
-        let over = errors.len().saturating_sub(ERRORS_KEPT);
-        errors.drain(..over);
+        keep_error(&mut self.errors.lock(), message);
     }
 
     /// The errors kept, oldest first, as " (librdkafka: a; b)", or empty.
@@ -247,5 +243,44 @@ impl Ctx {
             }
             !drop
         });
+    }
+}
+
+/// Keeps `message` as the newest of the last [`ERRORS_KEPT`] distinct
+/// errors. librdkafka tells one failure twice (its log line and its error
+/// event, one often with a suffix such as "(after 3ms in state ...)"): a
+/// message that contains a kept one, or is contained in one, replaces it.
+fn keep_error(errors: &mut Vec<String>, message: &str) {
+    errors.retain(|e| !(e.contains(message) || message.contains(e.as_str())));
+    errors.push(message.to_string());
+    let over = errors.len().saturating_sub(ERRORS_KEPT);
+    errors.drain(..over);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_failure_told_twice_is_kept_once() {
+        let mut kept = Vec::new();
+        keep_error(&mut kept, "ssl://b:9093/bootstrap: SSL handshake failed");
+        keep_error(
+            &mut kept,
+            "ssl://b:9093/bootstrap: SSL handshake failed (after 2ms in state SSL_HANDSHAKE)",
+        );
+        keep_error(&mut kept, "1/1 brokers are down");
+        keep_error(&mut kept, "ssl://b:9093/bootstrap: SSL handshake failed");
+        assert_eq!(
+            kept,
+            vec![
+                "1/1 brokers are down".to_string(),
+                "ssl://b:9093/bootstrap: SSL handshake failed".to_string()
+            ]
+        );
+        for n in 0..5 {
+            keep_error(&mut kept, &format!("error {n}"));
+        }
+        assert_eq!(kept, vec!["error 2", "error 3", "error 4"]);
     }
 }
