@@ -43,6 +43,8 @@ pub enum MskIamError {
     NoRegion,
     #[error("MSK IAM token: no AWS credentials: {0}")]
     NoCredentials(String),
+    #[error("no MSK IAM token to offer: {0}")]
+    Stale(String),
 }
 
 /// A signed token and when it expires (milliseconds since the Unix epoch,
@@ -176,6 +178,112 @@ mod tests {
         assert_ne!(later.value, t.value);
     }
 
+    /// Credentials that count the times asked, and fail while `failing`.
+    #[derive(Debug, Default, Clone)]
+    struct Counting {
+        asked: Arc<std::sync::atomic::AtomicUsize>,
+        failing: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl aws_credential_types::provider::ProvideCredentials for Counting {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.asked.fetch_add(1, SeqCst);
+            aws_credential_types::provider::future::ProvideCredentials::ready(
+                if self.failing.load(SeqCst) {
+                    Err(
+                        aws_credential_types::provider::error::CredentialsError::not_loaded(
+                            "IMDS down",
+                        ),
+                    )
+                } else {
+                    Ok(Credentials::new(
+                        "AKIDEXAMPLE",
+                        "secret",
+                        None,
+                        None,
+                        "test",
+                    ))
+                },
+            )
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_signer_signs_every_five_minutes_retries_every_ten_seconds_and_stops_when_dropped()
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        let creds = Counting::default();
+        let provider = SharedCredentialsProvider::new(creds.clone());
+        let (wall, start) = (SystemTime::now(), tokio::time::Instant::now());
+        let clock: Clock = Arc::new(move || wall + start.elapsed());
+        let asked = || creds.asked.load(SeqCst);
+        let signer = MskIamTokens::start_with_clock("eu-west-1".into(), provider, clock)
+            .await
+            .unwrap();
+        assert_eq!(asked(), 1, "the first token is signed at start");
+        let first = signer.oauth_token("test").unwrap();
+        tokio::time::sleep(Duration::from_secs(299)).await;
+        assert_eq!(asked(), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(asked(), 2, "again after five minutes");
+        assert!(signer.oauth_token("test").unwrap().lifetime_ms > first.lifetime_ms);
+        // The credentials fail: asked every 10 s, the last token offered
+        // while it has 30 s left, then refused by name.
+        creds.failing.store(true, SeqCst);
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert_eq!(asked(), 3);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert_eq!(asked(), 13, "every 10 s while they fail");
+        assert!(
+            signer.oauth_token("test").is_ok(),
+            "the last token still has 500 s"
+        );
+        tokio::time::sleep(Duration::from_secs(480)).await;
+        let refused = signer
+            .oauth_token("test")
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            refused.contains("no MSK IAM token to offer") && refused.contains("IMDS down"),
+            "{refused}"
+        );
+        creds.failing.store(false, SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            signer.oauth_token("test").is_ok(),
+            "signed again once they are back"
+        );
+        // Dropped: the task stops asking.
+        drop(signer);
+        let before = asked();
+        tokio::time::sleep(Duration::from_secs(3_600)).await;
+        assert_eq!(asked(), before, "no signing outlives the signer");
+    }
+
+    #[test]
+    fn a_token_expires_no_later_than_its_credentials_and_is_resigned_before() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_795_478_400);
+        let mut slot = Slot::default();
+        // Signed with credentials that expire 120 s later.
+        let t = Token {
+            value: "x".into(),
+            expires_ms: (1_795_478_400 + 120) * 1000,
+        };
+        slot.signed(t, t0);
+        assert_eq!(
+            slot.next_signing(t0),
+            Duration::from_secs(60),
+            "a minute before it expires, not after five"
+        );
+    }
+
     #[test]
     fn the_slot_resigns_after_five_minutes_retries_failures_and_serves_only_live_tokens() {
         let creds = Credentials::new("AKIDEXAMPLE", "secret", None, None, "test");
@@ -187,10 +295,7 @@ mod tests {
             Duration::ZERO,
             "nothing yet: sign now"
         );
-        assert!(slot
-            .current(t0)
-            .unwrap_err()
-            .contains("no token signed yet"));
+        assert!(slot.current(t0).unwrap_err().contains("none signed yet"));
         slot.signed(token(&creds, "eu-west-1", t0).unwrap(), t0);
         assert_eq!(slot.next_signing(s(100)), Duration::from_secs(200));
         assert_eq!(
@@ -264,12 +369,18 @@ impl Slot {
         self.failed_at = Some(at);
     }
 
-    /// How long from `now` until the next signing.
+    /// How long from `now` until the next signing: `RESIGN_AFTER` after
+    /// the last, or sooner, a minute before the token expires (one signed
+    /// with temporary credentials expires with them).
     pub fn next_signing(&self, now: SystemTime) -> Duration {
-        let due = match (self.failed_at, self.signed_at) {
-            (Some(f), _) => f + RETRY_AFTER,
-            (None, Some(s)) => s + RESIGN_AFTER,
-            (None, None) => now,
+        let due = match (self.failed_at, self.signed_at, &self.token) {
+            (Some(f), ..) => f + RETRY_AFTER,
+            (None, Some(s), Some(t)) => {
+                let low = UNIX_EPOCH + Duration::from_millis(t.expires_ms.max(0) as u64)
+                    - Duration::from_secs(60);
+                (s + RESIGN_AFTER).min(low)
+            }
+            _ => now,
         };
         due.duration_since(now).unwrap_or_default()
     }
@@ -286,9 +397,9 @@ impl Slot {
             stale => Err(format!(
                 "{}{}",
                 if stale.is_some() {
-                    "the last token expires within 30 s and no new one could be signed"
+                    "the last one expires within 30 s and no new one could be signed"
                 } else {
-                    "no token signed yet"
+                    "none signed yet"
                 },
                 self.failure
                     .as_ref()
@@ -299,6 +410,9 @@ impl Slot {
     }
 }
 
+/// The signing task's wall clock.
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
 /// Signs tokens for librdkafka's OAUTHBEARER refreshes. A task on the
 /// worker's runtime fetches credentials from aws-config's chain
 /// (environment, profile, web identity, ECS or EC2 role) and signs a token
@@ -306,11 +420,19 @@ impl Slot {
 /// slot; librdkafka's refresh, on the thread that polls its client, only
 /// reads the slot, so a slow credentials source never holds a poll. The task
 /// ends when the signer is dropped.
-#[derive(Debug)]
 pub struct MskIamTokens {
     region: String,
     slot: Arc<Mutex<Slot>>,
     task: tokio::task::JoinHandle<()>,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for MskIamTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MskIamTokens")
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for MskIamTokens {
@@ -324,7 +446,7 @@ impl Drop for MskIamTokens {
 async fn sign_fresh(
     provider: &SharedCredentialsProvider,
     region: &str,
-    now: impl Fn() -> SystemTime,
+    now: &(dyn Fn() -> SystemTime + Send + Sync),
 ) -> Result<Token, MskIamError> {
     use aws_credential_types::provider::ProvideCredentials;
     let fetched = tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials())
@@ -335,7 +457,14 @@ async fn sign_fresh(
                 aws_smithy_types::error::display::DisplayErrorContext(e).to_string(),
             )
         })?;
-    let t = token(&fetched, region, now())?;
+    let mut t = token(&fetched, region, now())?;
+    if let Some(until) = fetched.expiry() {
+        let until_ms = until
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as i64;
+        t.expires_ms = t.expires_ms.min(until_ms);
+    }
     tracing::debug!(region, expires_ms = t.expires_ms, "MSK IAM token signed");
     Ok(t)
 }
@@ -358,16 +487,41 @@ impl MskIamTokens {
         let provider = conf
             .credentials_provider()
             .ok_or_else(|| MskIamError::NoCredentials("no credentials provider".into()))?;
-        let first = sign_fresh(&provider, &region, SystemTime::now).await?;
+        Self::start(region, provider).await
+    }
+
+    /// The signer for `region` with credentials from `provider`: its first
+    /// token signed, its signing task spawned on the current runtime.
+    pub async fn start(
+        region: String,
+        provider: SharedCredentialsProvider,
+    ) -> Result<Self, MskIamError> {
+        Self::start_with_clock(region, provider, Arc::new(SystemTime::now)).await
+    }
+
+    /// As `start`, with the signing task's clock passed in (tests run it on
+    /// tokio's paused time).
+    pub async fn start_with_clock(
+        region: String,
+        provider: SharedCredentialsProvider,
+        clock: Clock,
+    ) -> Result<Self, MskIamError> {
+        let first = sign_fresh(&provider, &region, clock.as_ref()).await?;
         let mut slot = Slot::default();
-        slot.signed(first, SystemTime::now());
+        slot.signed(first, clock());
         let slot = Arc::new(Mutex::new(slot));
         let task = tokio::spawn(keep_signing(
             Arc::downgrade(&slot),
             provider,
             region.clone(),
+            clock.clone(),
         ));
-        Ok(Self { region, slot, task })
+        Ok(Self {
+            region,
+            slot,
+            task,
+            clock,
+        })
     }
 
     /// The current token, as librdkafka takes it. Never waits: it reads what
@@ -377,8 +531,8 @@ impl MskIamTokens {
             .slot
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .current(SystemTime::now())
-            .map_err(MskIamError::NoCredentials)?;
+            .current((self.clock)())
+            .map_err(MskIamError::Stale)?;
         tracing::debug!(region = %self.region, client, expires_ms = t.expires_ms, "MSK IAM token served");
         Ok(rdkafka::client::OAuthToken {
             token: t.value,
@@ -393,24 +547,30 @@ async fn keep_signing(
     slot: Weak<Mutex<Slot>>,
     provider: SharedCredentialsProvider,
     region: String,
+    clock: Clock,
 ) {
     loop {
         let wait = match slot.upgrade() {
             Some(s) => s
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .next_signing(SystemTime::now()),
+                .next_signing(clock()),
             None => return,
         };
-        tokio::time::sleep(wait).await;
-        let signed = sign_fresh(&provider, &region, SystemTime::now).await;
+        if !wait.is_zero() {
+            // At most RETRY_AFTER at a time, against the wall clock: a
+            // process frozen or suspended meanwhile signs when it wakes.
+            tokio::time::sleep(wait.min(RETRY_AFTER)).await;
+            continue;
+        }
+        let signed = sign_fresh(&provider, &region, clock.as_ref()).await;
         let Some(s) = slot.upgrade() else { return };
         let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
         match signed {
-            Ok(t) => s.signed(t, SystemTime::now()),
+            Ok(t) => s.signed(t, clock()),
             Err(e) => {
-                tracing::warn!(region = %region, error = %e, "MSK IAM token not signed; the last one is kept while valid");
-                s.failed(e.to_string(), SystemTime::now());
+                tracing::warn!(region = %region, error = %e, "MSK IAM token not signed; the last one is offered while it has 30 s left");
+                s.failed(e.to_string(), clock());
             }
         }
     }

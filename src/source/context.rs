@@ -248,10 +248,21 @@ impl Ctx {
 
 /// Keeps `message` as the newest of the last [`ERRORS_KEPT`] distinct
 /// errors. librdkafka tells one failure twice (its log line and its error
-/// event, one often with a suffix such as "(after 3ms in state ...)"): a
-/// message that contains a kept one, or is contained in one, replaces it.
+/// event) and again at each retry, differing only in a suffix such as
+/// " (after 3ms in state SSL_HANDSHAKE, 2 identical error(s) suppressed)":
+/// messages alike but for it are one error, kept in its newest words.
 fn keep_error(errors: &mut Vec<String>, message: &str) {
-    errors.retain(|e| !(e.contains(message) || message.contains(e.as_str())));
+    let core = |m: &str| {
+        m.rfind(" (after ")
+            .map_or(m, |i| &m[..i])
+            .trim()
+            .to_string()
+    };
+    let this = core(message);
+    if this.is_empty() {
+        return;
+    }
+    errors.retain(|e| core(e) != this);
     errors.push(message.to_string());
     let over = errors.len().saturating_sub(ERRORS_KEPT);
     errors.drain(..over);
@@ -262,20 +273,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_failure_told_twice_is_kept_once() {
+    fn one_failure_told_again_and_again_is_kept_once() {
         let mut kept = Vec::new();
-        keep_error(&mut kept, "ssl://b:9093/bootstrap: SSL handshake failed");
+        let failed = "ssl://b:9093/bootstrap: SSL handshake failed: certificate verify failed";
+        keep_error(&mut kept, "1/1 brokers are down");
         keep_error(
             &mut kept,
-            "ssl://b:9093/bootstrap: SSL handshake failed (after 2ms in state SSL_HANDSHAKE)",
+            &format!("{failed} (after 2ms in state SSL_HANDSHAKE)"),
         );
-        keep_error(&mut kept, "1/1 brokers are down");
-        keep_error(&mut kept, "ssl://b:9093/bootstrap: SSL handshake failed");
+        keep_error(
+            &mut kept,
+            &format!("{failed} (after 3ms in state SSL_HANDSHAKE)"),
+        );
+        keep_error(
+            &mut kept,
+            &format!(
+                "{failed} (after 1ms in state SSL_HANDSHAKE, 2 identical error(s) suppressed)"
+            ),
+        );
+        keep_error(&mut kept, "");
         assert_eq!(
             kept,
             vec![
                 "1/1 brokers are down".to_string(),
-                "ssl://b:9093/bootstrap: SSL handshake failed".to_string()
+                format!(
+                    "{failed} (after 1ms in state SSL_HANDSHAKE, 2 identical error(s) suppressed)"
+                )
             ]
         );
         for n in 0..5 {
