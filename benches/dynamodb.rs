@@ -62,9 +62,27 @@ fn proxy_rate(st: &Value) -> (f64, f64) {
     (throttled, f("requests"))
 }
 
+/// The job's throttled requests (400 or partial) and requests from
+/// `STEADY_AFTER_S` after its first accepted write on, from the proxy's
+/// timeline: what is left once the workers have met the table.
+fn steady_throttles(st: &Value) -> (f64, f64) {
+    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let Some(first) = t.iter().position(|x| x[1] > 0.0) else {
+        return (0.0, 0.0);
+    };
+    let after = &t[(first + STEADY_AFTER_S).min(t.len())..];
+    (
+        after.iter().map(|x| x[2]).sum(),
+        after.iter().map(|x| x[4]).sum(),
+    )
+}
+
+/// Seconds after a job's first write that `steady_throttles` leaves out.
+const STEADY_AFTER_S: usize = 15;
+
 /// The accepted rate averaged over the 3 s of the proxy's timeline ending
 /// at `i` (not before `from`).
-fn rolling(t: &[[f64; 4]], from: usize, i: usize) -> f64 {
+fn rolling(t: &[[f64; 5]], from: usize, i: usize) -> f64 {
     let lo = i.saturating_sub(2).max(from);
     t[lo..=i].iter().map(|x| x[1]).sum::<f64>() / (i - lo + 1) as f64
 }
@@ -72,7 +90,7 @@ fn rolling(t: &[[f64; 4]], from: usize, i: usize) -> f64 {
 /// Seconds from `from` (an index of the proxy's per-second timeline) until
 /// the 3 s rolling accepted rate first stays within 85-105% of `cap` for
 /// the rest of `[from, to)` (None: never).
-fn settle_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64> {
+fn settle_after(t: &[[f64; 5]], from: usize, to: usize, cap: f64) -> Option<f64> {
     let ok = |i: usize| (0.85 * cap..=1.05 * cap).contains(&rolling(t, from, i));
     (from..to)
         .find(|&i| (i..to).all(|j| j < from + 2 || ok(j)))
@@ -81,7 +99,7 @@ fn settle_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64>
 
 /// Seconds from `from` until the 3 s rolling accepted rate first reaches 90%
 /// of `cap` (None: not before `to`).
-fn reach_after(t: &[[f64; 4]], from: usize, to: usize, cap: f64) -> Option<f64> {
+fn reach_after(t: &[[f64; 5]], from: usize, to: usize, cap: f64) -> Option<f64> {
     (from..to)
         .find(|&i| rolling(t, from, i) >= 0.9 * cap)
         .map(|i| (i - from) as f64)
@@ -273,8 +291,8 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
     let job_requests = f("requests") - live_requests as f64;
     let job_throttled = f("throttled_requests") - live_throttled as f64 + f("partial_requests");
     // The job's seconds: the proxy's timeline counts BatchWriteItem only.
-    let t: Vec<[f64; 4]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
-    let busy: Vec<&[f64; 4]> = t.iter().filter(|x| x[1] > 0.0).collect();
+    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let busy: Vec<&[f64; 5]> = t.iter().filter(|x| x[1] > 0.0).collect();
     let span = busy.last().map_or(0.0, |l| l[0]) - busy.first().map_or(0.0, |f| f[0]) + 1.0;
     let job_wcu: f64 = t.iter().map(|x| x[1]).sum();
     let free = CAPACITY - LIVE;
@@ -286,6 +304,8 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
         "records": n,
         "requests": job_requests,
         "throttled_rate": job_throttled / job_requests.max(1.0),
+        "steady_throttled": steady_throttles(&st).0,
+        "steady_requests": steady_throttles(&st).1,
         "utilization_of_free": job_wcu / (free * span),
         "duration_s": span,
         "live_requests": live_requests,
@@ -347,6 +367,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         "records": 2 * n,
         "requests": requests,
         "throttled_rate": throttled / requests.max(1.0),
+        "steady_throttled": steady_throttles(&st).0,
+        "steady_requests": steady_throttles(&st).1,
         "overlap_s": until,
         "job_a_share": share(wa),
         "job_b_share": share(wb),
@@ -381,7 +403,7 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     assert_eq!(count(&dynamo().await, &s.table).await, n, "{}", v.label);
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
-    let t: Vec<[f64; 4]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
     // The proxy's timeline starts at the first write; the workers' trace at
     // their start: the first second with accepted WCU, on the trace's clock,
     // is about when the first worker's first write went.
@@ -452,7 +474,7 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     let (throttled, requests) = proxy_rate(&st);
     let duration =
         st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
-    let t: Vec<[f64; 4]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
     let accepted: f64 = t.iter().map(|x| x[1]).sum();
     // Steady state: the first 2 s (workers joining) and the last 3 s (the
     // job draining) left out.
@@ -537,6 +559,15 @@ impl Run {
     }
 }
 
+/// "n of m (x%)": the throttled requests after the first 15 s.
+fn steady(r: &Value) -> String {
+    let (n, m) = (
+        r["steady_throttled"].as_f64().unwrap_or(0.0),
+        r["steady_requests"].as_f64().unwrap_or(0.0),
+    );
+    format!("{n} of {m} ({:.1}%)", 100.0 * n / m.max(1.0))
+}
+
 fn pct(v: &Value) -> String {
     v.as_f64()
         .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x))
@@ -579,19 +610,20 @@ fn markdown(rows: &[Value]) -> String {
         );
     }
     md += "\n## Live writer: 200 WCU/s (1 s bucket, no burst credit), another writer at a steady 60 WCU/s, 3 workers\n\n\
-           | strategy | budget | job's throttled requests | utilization of the free 140 WCU/s | live writer's throttled requests |\n|---|---|---|---|---|\n";
+           | strategy | budget | job's throttled requests | after the first 15 s | utilization of the free 140 WCU/s | live writer's throttled requests |\n|---|---|---|---|---|---|\n";
     let live = [Run::Live(None), Run::Live(Some(LIVE_BUDGET))].map(|r| r.scenario());
     for r in live.iter().flat_map(|name| of(rows, name)) {
         if failed(r, &mut md) {
             continue;
         }
         md += &format!(
-            "| {} | {} | {} | {} | {} of {} ({}) |\n",
+            "| {} | {} | {} | {} | {} | {} of {} ({}) |\n",
             r["strategy"].as_str().unwrap_or(""),
             r["budget"]
                 .as_f64()
                 .map_or("none".into(), |b| b.to_string()),
             pct(&r["throttled_rate"]),
+            steady(r),
             pct(&r["utilization_of_free"]),
             r["live_throttled"],
             r["live_requests"],
@@ -600,15 +632,16 @@ fn markdown(rows: &[Value]) -> String {
     }
     md += "\n## Two jobs: two consumer groups of 3 workers, one 200 WCU/s table\n\n\
            Shares of the capacity while both ran.\n\n\
-           | strategy | throttled requests | together | job a | job b |\n|---|---|---|---|---|\n";
+           | strategy | throttled requests | after the first 15 s | together | job a | job b |\n|---|---|---|---|---|---|\n";
     for r in of(rows, "two-jobs") {
         if failed(r, &mut md) {
             continue;
         }
         md += &format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             r["strategy"].as_str().unwrap_or(""),
             pct(&r["throttled_rate"]),
+            steady(r),
             pct(&r["together"]),
             pct(&r["job_a_share"]),
             pct(&r["job_b_share"]),

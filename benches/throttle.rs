@@ -89,7 +89,7 @@ async fn run(
 /// Seconds after each capacity step until the 3 s rolling accepted rate stays
 /// within 85-105% of the new capacity for the rest of that phase.
 fn recovery(timeline: &Value) -> Value {
-    let t: Vec<[f64; 4]> = serde_json::from_value(timeline.clone()).unwrap_or_default();
+    let t: Vec<[f64; 5]> = serde_json::from_value(timeline.clone()).unwrap_or_default();
     let mut steps = Vec::new();
     for i in 1..t.len() {
         if (t[i][3] - t[i - 1][3]).abs() > 1.0 {

@@ -362,6 +362,7 @@ impl Proxy {
                 st.initial_tokens = st.bucket.as_mut().map_or(0.0, |b| b.available(now));
             }
             st.stats.requests += 1;
+            st.second(now)[4] += 1.0;
             pushes.extend(self.step_schedule(st, t, now));
         }
         let split = wire::split_batch(json, |table, req, cost| {

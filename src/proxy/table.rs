@@ -32,8 +32,9 @@ pub struct TableStats {
     pub first_write_s: Option<f64>,
     pub last_accept_s: Option<f64>,
     /// Per second since the first write: [second, accepted WCU, throttled
-    /// requests (400 or partial), capacity in force].
-    pub timeline: Vec<[f64; 4]>,
+    /// BatchWriteItem requests (400 or partial), capacity in force,
+    /// BatchWriteItem requests].
+    pub timeline: Vec<[f64; 5]>,
     /// With `--partitions`: per second since the first write, the units
     /// each partition admitted (a request upstream then failed included).
     pub partition_timeline: Vec<Vec<f64>>,
@@ -207,12 +208,12 @@ impl TableState {
     }
 
     /// The timeline slot for `now` (seconds since the first write).
-    pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 4] {
+    pub(super) fn second(&mut self, now: Duration) -> &mut [f64; 5] {
         let i = self.second_of(now);
         let wcu = self.capacity().unwrap_or(0.0);
         while self.stats.timeline.len() <= i {
             let sec = self.stats.timeline.len() as f64;
-            self.stats.timeline.push([sec, 0.0, 0.0, wcu]);
+            self.stats.timeline.push([sec, 0.0, 0.0, wcu, 0.0]);
         }
         let slot = &mut self.stats.timeline[i];
         slot[3] = wcu;

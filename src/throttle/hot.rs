@@ -13,15 +13,20 @@
 //! - **the hot keys**: partition-key values a key range refused within
 //!   [`TTL`] (at most [`MAX_KEYS`]; the least recently refused go first);
 //! - **one rate for all of them** (the hot range's), in capacity units per
-//!   second, learned as `adaptive` learns the table's: a refusal of a hot key
+//!   second, learned as `adaptive` learns the table's: found, it starts at
+//!   [`DECREASE`] x the refused keys' part of the table's rate (at least
+//!   [`FOUND_PART`] of it); a refusal of a hot key
 //!   cuts it to [`DECREASE`] x the lower of the rate and what the hot keys
-//!   wrote over the last [`WINDOW`], at most once per [`COOLDOWN`] (by then
+//!   wrote over the last [`WINDOW`], but to no less than `DECREASE` x
+//!   `DECREASE` x the rate in one event (cold keys of the hot partition, not
+//!   yet refused, may be what took it), at most once per [`COOLDOWN`] (by then
 //!   a young range can be measured) and only for requests sent after the
 //!   last cut (the others left at the rate already cut); the refused units go
 //!   again only once the new rate has paid for them (the partition, drained,
 //!   refills meanwhile). It climbs back to that level along a CUBIC curve
-//!   over [`PROBE`], then slowly past it, while the hot keys use it. Each cut at about the level of the one before
-//!   doubles the time the climb takes (up to [`MAX_DOUBLINGS`] times): a
+//!   over [`PROBE`], then slowly past it, while the hot keys use it. Each cut
+//!   at about the level of the one before doubles the time the climb takes
+//!   (up to [`MAX_DOUBLINGS`] times): a
 //!   partition's maximum does not move, and probing past it again and again
 //!   only meets it. It is never cut below [`MIN_RATE`];
 //! - **a leaky bucket** (virtual scheduling) that lets hot keys' units go at
@@ -71,6 +76,9 @@ pub const PROBE: Duration = Duration::from_secs(10);
 /// Cuts at about the level of the one before lengthen the climb back this
 /// many times at most (x 2 each: 160 s).
 pub const MAX_DOUBLINGS: u32 = 4;
+/// A range found starts from no less than this part of the table's rate
+/// (x DECREASE).
+pub const FOUND_PART: f64 = 0.05;
 /// The hot range's rate is never cut below this (units/s).
 pub const MIN_RATE: f64 = 1.0;
 /// A hot unit may go this much ahead of its schedule.
@@ -230,8 +238,13 @@ impl HotKeys {
             None if !a.refused.is_empty() => {
                 // The refused keys went out at about their part of the
                 // table's rate (or, with none known, these units in a
-                // second), and that was too much.
-                let part = (refused / a.request_units.max(refused)).min(1.0);
+                // second), and that was too much. The part one request
+                // shows is a rough guess (one item of 25), so no less than
+                // FOUND_PART: a range started too high is cut within a
+                // second or two, one started too low crawls (a range found
+                // at 3 units/s, the worker with the hottest key, took 45 s
+                // to reach 30, bench-dynamodb hot range, 3 workers).
+                let part = (refused / a.request_units.max(refused)).clamp(FOUND_PART, 1.0);
                 let base = if a.table_rate > 0.0 {
                     a.table_rate * part
                 } else {
@@ -248,10 +261,16 @@ impl HotKeys {
                     && now.saturating_sub(self.last_cut) >= COOLDOWN =>
             {
                 // A young range is measured over what it has (at least a
-                // quarter of the window, the cooldown).
+                // quarter of the window, the cooldown). One event cuts to no
+                // less than DECREASE x DECREASE x the rate: the hot keys may
+                // write less than their rate while cold keys of their
+                // partition, not yet refused, take it; cut to what they
+                // wrote, the range's rate fell from 46 to 5 units/s in one
+                // event and took 35 s to climb back (bench-dynamodb hot
+                // range, one worker).
                 let measured = self.written.rate_so_far(now);
                 let base = if measured > 0.0 {
-                    rate.min(measured)
+                    rate.min(measured).max(DECREASE * rate)
                 } else {
                     rate
                 };
@@ -389,6 +408,17 @@ mod tests {
     }
 
     #[test]
+    fn a_range_found_by_one_item_of_many_starts_from_a_twentieth_of_the_table() {
+        let mut h = HotKeys::default();
+        let mut one = refusal(1.0, "k", false);
+        one.refused[0].units = 1.0;
+        one.table_rate = 100.0;
+        h.answer(&one);
+        // 1 of 25 units is 4% of the table's rate; taken as 5%, x 0.8.
+        assert!((h.rate().unwrap() - 4.0).abs() < 1e-9, "{:?}", h.rate());
+    }
+
+    #[test]
     fn hot_units_go_at_the_range_rate_and_cold_ones_never_wait() {
         let mut h = HotKeys::default();
         h.answer(&refusal(0.0, "k", false));
@@ -410,7 +440,8 @@ mod tests {
     }
 
     #[test]
-    fn refusals_of_hot_keys_cut_to_what_they_wrote_once_per_event_and_never_to_zero() {
+    fn refusals_of_hot_keys_cut_toward_what_they_wrote_by_at_most_0_64_per_event_and_never_to_zero()
+    {
         let mut h = HotKeys::default();
         h.answer(&refusal(0.0, "k", false));
         assert_eq!(h.rate(), Some(32.0));
@@ -420,11 +451,21 @@ mod tests {
         }
         h.answer(&refusal(3.05, "k", true));
         let r = h.rate().unwrap();
-        assert!((r - 8.0).abs() < 0.5, "0.8 x the 10/s written: {r}");
+        assert!(
+            (r - 0.64 * 32.0).abs() < 0.1,
+            "0.8 x the 10/s written, but no deeper than 0.8 x 0.8 x the rate in one event: {r}"
+        );
         let mut in_flight = refusal(3.5, "k", true);
         in_flight.sent = s(3.0);
         h.answer(&in_flight);
         assert_eq!(h.rate(), Some(r), "sent before the cut: the same event");
+        // Refused again (a request sent after the cut), still writing
+        // less: down by another 0.64 at most.
+        let mut again = refusal(3.7, "k", true);
+        again.sent = s(3.6);
+        h.answer(&again);
+        let r2 = h.rate().unwrap();
+        assert!((r2 - 0.64 * r).abs() < 0.1, "{r2} from {r}");
         // Refused again within the cooldown: the same event.
         let mut young = HotKeys::default();
         young.answer(&refusal(0.0, "k", false));
