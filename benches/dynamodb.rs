@@ -339,10 +339,17 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     produce(&b.topic, rb).await;
     let ja = Job::start(&a, 3);
     let jb = Job::start(&b, 3);
-    let (ra, rb) = (ja.finish(v.label), jb.finish(v.label));
+    // Collapsing anchors are stopped (the default takes about a minute; the
+    // seed AutoSleeper ran 18 minutes before it was stopped by hand).
+    let (ra, stopped_a) = ja.finish_within(v.label, TWO_JOBS_LIMIT);
+    let (rb, stopped_b) = jb.finish_within(v.label, TWO_JOBS_LIMIT);
+    let stopped = stopped_a || stopped_b;
     let st = proxy.stats(&a.table);
     let (throttled, requests) = proxy_rate(&st);
-    assert_eq!(count(&dynamo().await, &a.table).await, 2 * n, "{}", v.label);
+    let written = count(&dynamo().await, &a.table).await;
+    if !stopped {
+        assert_eq!(written, 2 * n, "{}", v.label);
+    }
     // Each job's WCU/s while both ran: from its workers' consumed-WCU
     // counters at the first job's end.
     let until = ra.wall_s.min(rb.wall_s) - 1.0;
@@ -365,6 +372,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         "strategy": v.label,
         "workers": 6,
         "records": 2 * n,
+        "written": written,
+        "stopped_after_s": stopped.then_some(TWO_JOBS_LIMIT.as_secs()),
         "requests": requests,
         "throttled_rate": throttled / requests.max(1.0),
         "steady_throttled": steady_throttles(&st).0,
@@ -507,6 +516,9 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
 /// How long a shallow row may run before its workers are stopped.
 const SHALLOW_LIMIT: Duration = Duration::from_secs(180);
 
+/// A two-jobs row still running this long after its start is stopped.
+const TWO_JOBS_LIMIT: Duration = Duration::from_secs(240);
+
 /// The shallow buckets' depths, seconds of capacity.
 const SHALLOW_DEPTHS: [f64; 2] = [0.05, 0.025];
 
@@ -635,6 +647,15 @@ fn markdown(rows: &[Value]) -> String {
            | strategy | throttled requests | after the first 15 s | together | job a | job b |\n|---|---|---|---|---|---|\n";
     for r in of(rows, "two-jobs") {
         if failed(r, &mut md) {
+            continue;
+        }
+        if let Some(after) = r["stopped_after_s"].as_u64() {
+            md += &format!(
+                "| {} | stopped after {after} s with {} of {} records written | | | | |\n",
+                r["strategy"].as_str().unwrap_or(""),
+                r["written"],
+                r["records"],
+            );
             continue;
         }
         md += &format!(
