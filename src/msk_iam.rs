@@ -15,7 +15,7 @@
 //! waiting.
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -178,11 +178,13 @@ mod tests {
         assert_ne!(later.value, t.value);
     }
 
-    /// Credentials that count the times asked, and fail while `failing`.
+    /// Credentials that count the times asked, fail while `failing`, and
+    /// expire at `expires` if set.
     #[derive(Debug, Default, Clone)]
     struct Counting {
         asked: Arc<std::sync::atomic::AtomicUsize>,
         failing: Arc<std::sync::atomic::AtomicBool>,
+        expires: Option<SystemTime>,
     }
 
     impl aws_credential_types::provider::ProvideCredentials for Counting {
@@ -206,7 +208,7 @@ mod tests {
                         "AKIDEXAMPLE",
                         "secret",
                         None,
-                        None,
+                        self.expires,
                         "test",
                     ))
                 },
@@ -267,6 +269,41 @@ mod tests {
         assert_eq!(asked(), before, "no signing outlives the signer");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_token_signed_with_expiring_credentials_expires_with_them_and_is_signed_again_a_minute_before(
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (wall, start) = (SystemTime::now(), tokio::time::Instant::now());
+        let expires = wall + Duration::from_secs(120);
+        let creds = Counting {
+            expires: Some(expires),
+            ..Counting::default()
+        };
+        let provider = SharedCredentialsProvider::new(creds.clone());
+        let clock: Clock = Arc::new(move || wall + start.elapsed());
+        let signer = MskIamTokens::start_with_clock("eu-west-1".into(), provider, clock)
+            .await
+            .unwrap();
+        let expires_ms = expires.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+        assert_eq!(
+            signer.oauth_token("test").unwrap().lifetime_ms,
+            expires_ms,
+            "not the token's own 900 s"
+        );
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert_eq!(creds.asked.load(SeqCst), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            creds.asked.load(SeqCst),
+            2,
+            "signed again 60 s before the credentials expire"
+        );
+        // The chain hands out the same credentials again: signed every
+        // 10 s, not in a busy loop.
+        tokio::time::sleep(Duration::from_secs(14)).await;
+        assert_eq!(creds.asked.load(SeqCst), 3);
+    }
+
     #[test]
     fn a_token_expires_no_later_than_its_credentials_and_is_resigned_before() {
         let t0 = UNIX_EPOCH + Duration::from_secs(1_795_478_400);
@@ -276,12 +313,17 @@ mod tests {
             value: "x".into(),
             expires_ms: (1_795_478_400 + 120) * 1000,
         };
-        slot.signed(t, t0);
+        slot.signed(t.clone(), t0);
         assert_eq!(
             slot.next_signing(t0),
             Duration::from_secs(60),
             "a minute before it expires, not after five"
         );
+        // Signed again 65 s later with the same credentials: not at once
+        // and again, but after RETRY_AFTER.
+        let later = t0 + Duration::from_secs(65);
+        slot.signed(t, later);
+        assert_eq!(slot.next_signing(later), RETRY_AFTER);
     }
 
     #[test]
@@ -344,43 +386,47 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// A token with less than this left is not handed out.
 pub const MIN_LEFT: Duration = Duration::from_secs(30);
 
-/// The newest token and the newest failure, and when to sign next. Pure:
-/// time is passed in.
+/// A token expiring sooner than `RESIGN_AFTER` (signed with temporary
+/// credentials that expire) is signed again this long before it expires.
+pub const RESIGN_BEFORE_EXPIRY: Duration = Duration::from_secs(60);
+
+/// The newest token and the newest failure, each with its time, and when to
+/// sign next. Pure: time is passed in.
 #[derive(Debug, Default)]
 pub struct Slot {
-    token: Option<Token>,
-    signed_at: Option<SystemTime>,
-    failure: Option<String>,
-    failed_at: Option<SystemTime>,
+    last: Option<(Token, SystemTime)>,
+    failure: Option<(String, SystemTime)>,
 }
 
 impl Slot {
     /// A token signed at `at`.
     pub fn signed(&mut self, token: Token, at: SystemTime) {
-        self.token = Some(token);
-        self.signed_at = Some(at);
+        self.last = Some((token, at));
         self.failure = None;
-        self.failed_at = None;
     }
 
     /// A signing that failed at `at` (the last token is kept while valid).
     pub fn failed(&mut self, why: String, at: SystemTime) {
-        self.failure = Some(why);
-        self.failed_at = Some(at);
+        self.failure = Some((why, at));
     }
 
     /// How long from `now` until the next signing: `RESIGN_AFTER` after
-    /// the last, or sooner, a minute before the token expires (one signed
-    /// with temporary credentials expires with them).
+    /// the last, or sooner, `RESIGN_BEFORE_EXPIRY` before the token expires
+    /// (one signed with temporary credentials expires with them), but not
+    /// within `RETRY_AFTER` of the last; `RETRY_AFTER` after a failure.
     pub fn next_signing(&self, now: SystemTime) -> Duration {
-        let due = match (self.failed_at, self.signed_at, &self.token) {
-            (Some(f), ..) => f + RETRY_AFTER,
-            (None, Some(s), Some(t)) => {
-                let low = UNIX_EPOCH + Duration::from_millis(t.expires_ms.max(0) as u64)
-                    - Duration::from_secs(60);
-                (s + RESIGN_AFTER).min(low)
+        let due = match (&self.failure, &self.last) {
+            (Some((_, failed_at)), _) => *failed_at + RETRY_AFTER,
+            (None, Some((t, signed_at))) => {
+                let expires = UNIX_EPOCH + Duration::from_millis(t.expires_ms.max(0) as u64);
+                // Never sooner than RETRY_AFTER: credentials handed out
+                // again and again within a minute of their expiry would
+                // otherwise be signed in a busy loop.
+                (*signed_at + RESIGN_AFTER)
+                    .min(expires - RESIGN_BEFORE_EXPIRY)
+                    .max(*signed_at + RETRY_AFTER)
             }
-            _ => now,
+            (None, None) => now,
         };
         due.duration_since(now).unwrap_or_default()
     }
@@ -392,21 +438,20 @@ impl Slot {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis() as i64;
-        match &self.token {
-            Some(t) if t.expires_ms - now_ms >= MIN_LEFT.as_millis() as i64 => Ok(t.clone()),
-            stale => Err(format!(
-                "{}{}",
-                if stale.is_some() {
-                    "the last one expires within 30 s and no new one could be signed"
-                } else {
-                    "none signed yet"
-                },
-                self.failure
-                    .as_ref()
-                    .map(|f| format!(": {f}"))
-                    .unwrap_or_default()
-            )),
-        }
+        let why = match &self.last {
+            Some((t, _)) if t.expires_ms - now_ms >= MIN_LEFT.as_millis() as i64 => {
+                return Ok(t.clone())
+            }
+            Some(_) => format!(
+                "the last one expires within {} s and no new one could be signed",
+                MIN_LEFT.as_secs()
+            ),
+            None => "none signed yet".to_string(),
+        };
+        Err(match &self.failure {
+            Some((f, _)) => format!("{why}: {f}"),
+            None => why,
+        })
     }
 }
 
@@ -419,7 +464,7 @@ pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 /// every `RESIGN_AFTER` (every `RETRY_AFTER` while that fails) into a shared
 /// slot; librdkafka's refresh, on the thread that polls its client, only
 /// reads the slot, so a slow credentials source never holds a poll. The task
-/// ends when the signer is dropped.
+/// is aborted when the signer is dropped.
 pub struct MskIamTokens {
     region: String,
     slot: Arc<Mutex<Slot>>,
@@ -511,7 +556,7 @@ impl MskIamTokens {
         slot.signed(first, clock());
         let slot = Arc::new(Mutex::new(slot));
         let task = tokio::spawn(keep_signing(
-            Arc::downgrade(&slot),
+            slot.clone(),
             provider,
             region.clone(),
             clock.clone(),
@@ -542,35 +587,33 @@ impl MskIamTokens {
     }
 }
 
-/// Signs into `slot` when it says, until the signer is gone.
+/// Signs into `slot` when it says, until the signer is dropped (which
+/// aborts this task).
 async fn keep_signing(
-    slot: Weak<Mutex<Slot>>,
+    slot: Arc<Mutex<Slot>>,
     provider: SharedCredentialsProvider,
     region: String,
     clock: Clock,
 ) {
+    let lock = || slot.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let wait = match slot.upgrade() {
-            Some(s) => s
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .next_signing(clock()),
-            None => return,
-        };
+        let wait = lock().next_signing(clock());
         if !wait.is_zero() {
             // At most RETRY_AFTER at a time, against the wall clock: a
             // process frozen or suspended meanwhile signs when it wakes.
             tokio::time::sleep(wait.min(RETRY_AFTER)).await;
             continue;
         }
-        let signed = sign_fresh(&provider, &region, clock.as_ref()).await;
-        let Some(s) = slot.upgrade() else { return };
-        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
-        match signed {
-            Ok(t) => s.signed(t, clock()),
+        match sign_fresh(&provider, &region, clock.as_ref()).await {
+            Ok(t) => lock().signed(t, clock()),
             Err(e) => {
-                tracing::warn!(region = %region, error = %e, "MSK IAM token not signed; the last one is offered while it has 30 s left");
-                s.failed(e.to_string(), clock());
+                tracing::warn!(
+                    region = %region,
+                    error = %e,
+                    min_left_s = MIN_LEFT.as_secs(),
+                    "MSK IAM token not signed; the last one is offered while it has min_left_s left"
+                );
+                lock().failed(e.to_string(), clock());
             }
         }
     }
