@@ -476,29 +476,27 @@ async fn msk_iam_auth_without_a_region_says_so() {
 async fn msk_iam_auth_without_credentials_stops_at_start_saying_so() {
     let s = Setup::new(1, "").await;
     msk_iam_on_the_tests_broker(&s, "aws_region = \"eu-west-1\"");
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"));
-    cmd.args(["run", "--until-caught-up", "--config"])
-        .arg(&s.config);
-    for var in [
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_PROFILE",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.envs([
-        ("AWS_CONFIG_FILE", "/nonexistent/aws-config"),
-        (
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "/nonexistent/aws-credentials",
-        ),
-        ("AWS_EC2_METADATA_DISABLED", "true"),
-    ]);
-    let (code, _, text) = Worker::start(cmd).wait_logged(Duration::from_secs(120));
+    let worker = s.spawn_with_env_removed(
+        true,
+        &[
+            ("AWS_CONFIG_FILE", "/nonexistent/aws-config"),
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/aws-credentials",
+            ),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+        &[
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        ],
+    );
+    let (code, _, text) = worker.wait_logged(Duration::from_secs(120));
     assert_eq!(code, Some(1), "{text}");
     assert!(
         exit_error(&text).contains("MSK IAM token: no AWS credentials"),

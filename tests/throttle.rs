@@ -123,6 +123,21 @@ async fn run_through_proxy(workers: usize) {
         u(&sum, "throttled_requests")
     );
     assert_eq!(u(&st, "unprocessed_items"), u(&sum, "unprocessed_items"));
+    // Its per-second timeline adds up to the same counts.
+    let timeline: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap();
+    let column = |c: usize| timeline.iter().map(|row| row[c]).sum::<f64>();
+    assert_eq!(column(4) as u64, u(&st, "requests"), "timeline's requests");
+    assert_eq!(
+        column(2) as u64,
+        u(&st, "throttled_requests") + u(&st, "partial_requests"),
+        "timeline's throttled requests"
+    );
+    assert!(
+        (column(1) - st["accepted_wcu"].as_f64().unwrap()).abs() < 1e-6 * column(1).max(1.0),
+        "timeline's accepted WCU {} vs {}",
+        column(1),
+        st["accepted_wcu"]
+    );
     // Rebalances finish in-flight writes and commit exactly them, so records
     // are written again only in rare races (a write overtaking an abandoned
     // one). A session that expired (a broker stall) can commit nothing: what

@@ -111,10 +111,24 @@ level = "info"
 
     /// Starts `ingest run` with extra environment variables (config overrides).
     pub fn spawn_with_env(&self, until_caught_up: bool, env: &[(&str, &str)]) -> Worker {
+        self.spawn_with_env_removed(until_caught_up, env, &[])
+    }
+
+    /// Starts `ingest run` with extra environment variables and without the
+    /// `removed` ones (not even the test credentials `Worker::start` sets).
+    pub fn spawn_with_env_removed(
+        &self,
+        until_caught_up: bool,
+        env: &[(&str, &str)],
+        removed: &[&str],
+    ) -> Worker {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingest"));
         cmd.arg("run").arg("--config").arg(&self.config);
         if until_caught_up {
             cmd.arg("--until-caught-up");
+        }
+        for var in removed {
+            cmd.env_remove(var);
         }
         cmd.envs(env.iter().copied());
         Worker::start(cmd)
