@@ -25,7 +25,7 @@
 //! modes, the proxy's count (the SDK retries out of the worker's sight).
 //! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
-//! narrow a run.
+//! narrow a run; BENCH_HOT_TABLE_WCU sets the hot range's table capacity.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -66,7 +66,7 @@ fn proxy_rate(st: &Value) -> (f64, f64) {
 /// `STEADY_AFTER_S` after its first accepted write on, from the proxy's
 /// timeline: what is left once the workers have met the table.
 fn steady_throttles(st: &Value) -> (f64, f64) {
-    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let t = timeline(st);
     let Some(first) = t.iter().position(|x| x[1] > 0.0) else {
         return (0.0, 0.0);
     };
@@ -75,6 +75,12 @@ fn steady_throttles(st: &Value) -> (f64, f64) {
         after.iter().map(|x| x[2]).sum(),
         after.iter().map(|x| x[4]).sum(),
     )
+}
+
+/// The proxy's per-second timeline of a table (its stats): [second,
+/// accepted WCU, throttled requests, capacity in force, requests].
+fn timeline(st: &Value) -> Vec<[f64; 5]> {
+    serde_json::from_value(st["timeline"].clone()).unwrap_or_default()
 }
 
 /// Seconds after a job's first write that `steady_throttles` leaves out.
@@ -122,16 +128,28 @@ fn pacing_reach_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Opt
         .map(|(t, _)| t as f64 - from)
 }
 
+/// The hot range's table capacity: 1,000 WCU/s (above what its four
+/// partitions of 50 take together), or `BENCH_HOT_TABLE_WCU` (e.g. 150:
+/// a table whose capacity is spread over its partitions, the hot one
+/// borrowing up to its maximum).
+fn hot_table_wcu() -> f64 {
+    std::env::var("BENCH_HOT_TABLE_WCU")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000.0)
+}
+
 /// `hot-range`: returns the row.
 async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     use ingest::proxy::partitions::Partitions;
     const PARTITION_WCU: f64 = 50.0;
+    let table_wcu = hot_table_wcu();
     // A sort key, so that records of one partition key are distinct items
     // (without one they coalesce in a batch and the hot key's demand melts).
     let s = Setup::build(
         workers.max(3) as i32,
         "partition_key = \"id\"\nsort_key = \"sk\"",
-        Some(1_000),
+        Some(table_wcu as i64),
     )
     .await;
     let proxy = ThrottleProxy::start(&["--partitions", "4", "--partition-wcu", "50"]);
@@ -163,7 +181,11 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     for id in &ids {
         load[parts.of(&format!(r#"{{"S":"{id}"}}"#))] += 1.0;
     }
-    let bound_s = load.iter().fold(0.0f64, |a, l| a.max(l / PARTITION_WCU));
+    // Items of 1 WCU: the hot partition's maximum, or the table's capacity
+    // if that is what binds.
+    let bound_s = load
+        .iter()
+        .fold(n as f64 / table_wcu, |a, l| a.max(l / PARTITION_WCU));
     let batch = ids
         .iter()
         .enumerate()
@@ -197,6 +219,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "strategy": v.label,
         "workers": workers,
         "records": n,
+        "table_wcu": table_wcu,
         "partition_load_records": load,
         "bound_s": bound_s,
         "duration_s": duration,
@@ -291,11 +314,12 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
     let job_requests = f("requests") - live_requests as f64;
     let job_throttled = f("throttled_requests") - live_throttled as f64 + f("partial_requests");
     // The job's seconds: the proxy's timeline counts BatchWriteItem only.
-    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let t = timeline(&st);
     let busy: Vec<&[f64; 5]> = t.iter().filter(|x| x[1] > 0.0).collect();
     let span = busy.last().map_or(0.0, |l| l[0]) - busy.first().map_or(0.0, |f| f[0]) + 1.0;
     let job_wcu: f64 = t.iter().map(|x| x[1]).sum();
     let free = CAPACITY - LIVE;
+    let steady = steady_throttles(&st);
     json!({
         "scenario": Run::Live(budget).scenario(),
         "budget": budget,
@@ -304,8 +328,8 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
         "records": n,
         "requests": job_requests,
         "throttled_rate": job_throttled / job_requests.max(1.0),
-        "steady_throttled": steady_throttles(&st).0,
-        "steady_requests": steady_throttles(&st).1,
+        "steady_throttled": steady.0,
+        "steady_requests": steady.1,
         "utilization_of_free": job_wcu / (free * span),
         "duration_s": span,
         "live_requests": live_requests,
@@ -367,6 +391,7 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     };
     let (wa, wb) = (at(&ra.trace), at(&rb.trace));
     let share = |w: f64| w / (CAPACITY * until);
+    let steady = steady_throttles(&st);
     json!({
         "scenario": "two-jobs",
         "strategy": v.label,
@@ -376,8 +401,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         "stopped_after_s": stopped.then_some(TWO_JOBS_LIMIT.as_secs()),
         "requests": requests,
         "throttled_rate": throttled / requests.max(1.0),
-        "steady_throttled": steady_throttles(&st).0,
-        "steady_requests": steady_throttles(&st).1,
+        "steady_throttled": steady.0,
+        "steady_requests": steady.1,
         "overlap_s": until,
         "job_a_share": share(wa),
         "job_b_share": share(wb),
@@ -412,7 +437,7 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     assert_eq!(count(&dynamo().await, &s.table).await, n, "{}", v.label);
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
-    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let t = timeline(&st);
     // The proxy's timeline starts at the first write; the workers' trace at
     // their start: the first second with accepted WCU, on the trace's clock,
     // is about when the first worker's first write went.
@@ -483,7 +508,7 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     let (throttled, requests) = proxy_rate(&st);
     let duration =
         st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
-    let t: Vec<[f64; 5]> = serde_json::from_value(st["timeline"].clone()).unwrap_or_default();
+    let t = timeline(&st);
     let accepted: f64 = t.iter().map(|x| x[1]).sum();
     // Steady state: the first 2 s (workers joining) and the last 3 s (the
     // job draining) left out.
@@ -598,9 +623,15 @@ fn markdown(rows: &[Value]) -> String {
         "# DynamoDB's throttling shapes through `ingest throttle-proxy`\n\n\
          Scaled down to what LocalStack writes on these machines; see benches/dynamodb.rs. \
          A request counts as throttled if it got a throttling error or came back with any \
-         unprocessed item.\n\n\
-         ## Hot range: 4 partitions of 50 WCU/s, a 1,000 WCU/s table, Zipf(1.1) keys plus one key with 30% of the records\n\n\
-         Bound: the busiest partition's records / 50 WCU/s (every record is its own item: the table has a sort key). \
+         unprocessed item.\n\n",
+    );
+    md += &format!(
+        "## Hot range: 4 partitions of 50 WCU/s, a {:.0} WCU/s table, Zipf(1.1) keys plus one key with 30% of the records\n\n",
+        hot_table_wcu()
+    );
+    md.push_str(
+        "Bound: the busiest partition's records / 50 WCU/s, or all records / the table's capacity if longer \
+         (every record is its own item: the table has a sort key). \
          'Busiest partition used': what it admitted over the run against its maximum x the run's length.\n\n\
          | strategy | workers | time vs bound | records/s | throttled requests | key-range refusals | busiest partition used |\n|---|---|---|---|---|---|---|\n",
     );
