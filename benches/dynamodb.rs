@@ -25,7 +25,8 @@
 //! modes, the proxy's count (the SDK retries out of the worker's sight).
 //! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
-//! narrow a run; BENCH_HOT_TABLE_WCU sets the hot range's table capacity.
+//! narrow a run; BENCH_HOT_TABLE_WCU sets the hot range's table capacity;
+//! BENCH_LOG_DIR keeps each worker's log lines there.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

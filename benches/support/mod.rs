@@ -198,7 +198,22 @@ impl Job {
         let mut r = JobResult::default();
         for w in std::mem::take(&mut self.workers) {
             let logs = w.logs.clone();
+            let pid = w.child.id();
             let (code, summary) = w.wait(Duration::from_secs(1800));
+            // BENCH_LOG_DIR: each worker's log lines kept, one file each
+            // (with INGEST__LOG__LEVEL=debug, every decision).
+            if let Ok(dir) = std::env::var("BENCH_LOG_DIR") {
+                let lines: Vec<String> =
+                    logs.lock().unwrap().iter().map(Value::to_string).collect();
+                let name: String = what
+                    .chars()
+                    .map(|c| if c.is_alphanumeric() { c } else { '-' })
+                    .collect();
+                let path = std::path::Path::new(&dir).join(format!("{name}-{pid}.jsonl"));
+                if let Err(e) = std::fs::write(&path, lines.join("\n")) {
+                    eprintln!("cannot write {}: {e}", path.display());
+                }
+            }
             let summary = summary.unwrap_or_else(|| {
                 let logs = logs.lock().unwrap();
                 let tail: Vec<String> = logs.iter().rev().take(5).map(Value::to_string).collect();

@@ -63,6 +63,7 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
     ("ingest_capacity_share", Kind::Gauge, "table", "This worker's share of the table: its share of the backlog of the partitions feeding it (of the partitions, when there is no backlog)."),
     ("ingest_hot_keys", Kind::Gauge, "table", "Keys a hot key range (a partition at its own maximum) refused within the last minute, paced apart from the table's other keys."),
     ("ingest_hot_rate_wcu", Kind::Gauge, "table", "The pacing rate of those keys together, WCU per second (absent when no hot range is known)."),
+    ("ingest_time_slot_width", Kind::Gauge, "table", "The part of each second in which this worker sends, when the table admits too little at once for its peers' requests to meet (time slots; 1 when it sends at any time)."),
     ("ingest_consumer_lag", Kind::Gauge, "topic,partition", "Records between the committed offset and the end of each held partition (librdkafka's consumer_lag)."),
     ("ingest_assigned_partitions", Kind::Gauge, "", "Partitions this worker holds."),
     ("ingest_records_in_flight", Kind::Gauge, "", "Records read and not yet written, dead-lettered or abandoned."),
@@ -250,6 +251,11 @@ impl Exporter {
             self.gauge("ingest_capacity_share", table, share);
         }
         self.gauge("ingest_hot_keys", table, r.hot_keys as f64);
+        self.gauge(
+            "ingest_time_slot_width",
+            table,
+            r.time_slot_width.unwrap_or(1.0),
+        );
         let hot_rate = self.gauge_family("ingest_hot_rate_wcu");
         match r.hot_rate {
             Some(rate) => hot_rate.with_label_values(table).set(rate),

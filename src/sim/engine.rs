@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::{burst_for, REMAINING_WINDOW};
-use crate::throttle::pace::Pacer;
+use crate::throttle::pace::{Pacer, Slots, SLOT_PERIOD};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
@@ -81,6 +81,8 @@ struct Client {
     window: AcceptedWindow,
     /// Its share of the capacity, when told (1 / its job's clients).
     share: Option<f64>,
+    /// Its part of its job's time slots, with a share.
+    slot_parts: Option<Vec<(f64, f64)>>,
     /// The warm throughput it was told last (on-demand, no maximum).
     warm: Option<f64>,
     attempts: u64,
@@ -224,9 +226,14 @@ impl<'a> Run<'a> {
             let mean_units = c.cost.mean().ceil() * c.items as f64;
             strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
         }
-        let share = c
-            .know_share
-            .then(|| 1.0 / sc.group_size(sc.group_of(i)) as f64);
+        let group = sc.group_of(i);
+        let share = c.know_share.then(|| 1.0 / sc.group_size(group) as f64);
+        // Its part of its job's time slots, as a worker's partitions give
+        // it: the rank-th of the job's clients' equal parts.
+        let slot_parts = share.map(|w| {
+            let rank = (0..i).filter(|j| sc.group_of(*j) == group).count() as f64;
+            vec![(rank * w, (rank + 1.0) * w)]
+        });
         let warm = if c.know_capacity {
             let (capacity, warm) = self.server.described();
             strategy.hint(capacity, share);
@@ -250,6 +257,7 @@ impl<'a> Run<'a> {
             answer: None,
             window: AcceptedWindow::new(REMAINING_WINDOW),
             share,
+            slot_parts,
             warm,
             attempts: 0,
             throttled: 0,
@@ -344,6 +352,16 @@ impl<'a> Run<'a> {
         let d = cl.strategy.after_attempt(&fb);
         if let Some(r) = cl.strategy.rate() {
             let size = cl.strategy.max_request_units();
+            let slots = cl
+                .strategy
+                .slotted()
+                .then(|| cl.slot_parts.clone())
+                .flatten()
+                .map(|parts| Slots {
+                    period: SLOT_PERIOD,
+                    parts,
+                });
+            cl.pacer.set_slots(slots);
             cl.pacer.steer(Some(r), burst_for(size));
         }
         self.out.attempts.push(Attempt {

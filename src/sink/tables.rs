@@ -224,6 +224,7 @@ pub fn follow_assignment(
                 if let Some(s) = share(&a, topics) {
                     t.control.set_share(Some(s));
                 }
+                t.control.set_slot_parts(slot_parts(&a, topics));
             }
         }
     }
@@ -315,6 +316,45 @@ pub fn share(a: &Assignment, topics: &[String]) -> Option<f64> {
     Some((my_lag + w * mine.len() as f64) / (total_lag + w * total_parts as f64))
 }
 
+/// This worker's parts of the fleet's time slots on the table fed by
+/// `topics`: each partition of the topics (by topic name, then number: the
+/// same order in every worker) owns a part of the period as large as its
+/// weight in [`share`], and the worker's are those of its partitions,
+/// adjacent ones merged. So the parts' width is the share, and the parts
+/// of the group tile the period. None when the partitions are unknown.
+pub fn slot_parts(a: &Assignment, topics: &[String]) -> Option<Vec<(f64, f64)>> {
+    let mut topics: Vec<&String> = topics.iter().collect();
+    topics.sort();
+    topics.dedup();
+    let weight = |tp: &TopicPartition| {
+        a.backlog.get(tp).copied().unwrap_or(0).max(0) as f64 + PARTITION_WEIGHT
+    };
+    let all: Vec<TopicPartition> = topics
+        .iter()
+        .flat_map(|t| {
+            let n = a.partitions.get(*t).copied().unwrap_or(0);
+            (0..n as i32).map(move |p| ((*t).clone(), p))
+        })
+        .collect();
+    let total: f64 = all.iter().map(weight).sum();
+    if all.is_empty() || total <= 0.0 {
+        return None;
+    }
+    let mut parts: Vec<(f64, f64)> = Vec::new();
+    let mut at = 0.0;
+    for tp in &all {
+        let end = at + weight(tp) / total;
+        if a.assigned.contains(tp) {
+            match parts.last_mut() {
+                Some(last) if (last.1 - at).abs() < 1e-12 => last.1 = end,
+                _ => parts.push((at, end)),
+            }
+        }
+        at = end;
+    }
+    Some(parts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +418,34 @@ mod tests {
             Err(WriteError::Fatal(_))
         ));
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_groups_slot_parts_tile_the_period_each_as_wide_as_its_share() {
+        let backlog = [500, 0, 1_200, 40, 0, 900];
+        let workers: [&[i32]; 3] = [&[0, 1], &[2, 5], &[3, 4]];
+        let mut all: Vec<(f64, f64)> = Vec::new();
+        for mine in workers {
+            let a = assignment(mine, &backlog);
+            let parts = slot_parts(&a, &["t".to_string()]).unwrap();
+            let width: f64 = parts.iter().map(|(s, e)| e - s).sum();
+            assert!((width - share_of(&a)).abs() < 1e-9, "{parts:?}");
+            all.extend(parts);
+        }
+        // Partitions 0 and 1 are adjacent: one part.
+        assert_eq!(
+            slot_parts(&assignment(&[0, 1], &backlog), &["t".to_string()])
+                .unwrap()
+                .len(),
+            1
+        );
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert_eq!(all[0].0, 0.0);
+        for w in all.windows(2) {
+            assert!((w[0].1 - w[1].0).abs() < 1e-9, "gap or overlap: {all:?}");
+        }
+        assert!((all.last().unwrap().1 - 1.0).abs() < 1e-9);
+        assert_eq!(slot_parts(&assignment(&[], &[]), &["t".to_string()]), None);
     }
 
     #[test]

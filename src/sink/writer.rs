@@ -150,11 +150,28 @@ impl Writer {
             if remaining.is_empty() {
                 return Ok(Left::Done);
             }
+            // The request's turn at the pacer first, then what it carries:
+            // requests composed before their turn would carry what was
+            // known while earlier ones waited (at the start, eight full
+            // batches against a bucket that admits a fifth of one, each
+            // paced for its whole cost and each partial).
+            let turn = {
+                let alive = || self.any_live(&remaining, started);
+                tokio::select! {
+                    t = ctl.turn() => Some(t),
+                    () = self.acks.until_dead(alive) => None,
+                }
+            };
+            remaining = self.keep_live(remaining, started);
+            let Some(turn) = turn.filter(|_| !remaining.is_empty()) else {
+                continue;
+            };
             // One request carries what the table admits at once (the whole
             // batch unless partial answers taught otherwise), and a hot
             // key's slot only when the hot range's pace lets it go.
             let (mut send, rest, hot_wait) = compose(ctl, remaining);
             if send.is_empty() {
+                drop(turn);
                 remaining = rest; // only hot keys' slots, not due yet
                 self.wait(ctl, hot_wait, &remaining, started).await;
                 continue;
@@ -162,9 +179,10 @@ impl Writer {
             let cost: u32 = send.iter().map(Slot::wcu).sum();
             let alive = || self.any_live(&send, started);
             let paced = tokio::select! {
-                go = ctl.pace(cost, alive) => go,
+                () = ctl.pace(&turn, cost) => true,
                 () = self.acks.until_dead(alive) => false,
             };
+            drop(turn);
             send = self.keep_live(send, started);
             if !paced || send.is_empty() {
                 remaining = joined(send, rest);

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
-use crate::throttle::pace::Pacer;
+use crate::throttle::pace::{Pacer, Slots, SLOT_PERIOD};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
@@ -39,6 +39,9 @@ pub struct Control {
     /// This worker's share of the table (by the backlog of the partitions
     /// feeding it; see `source::Assignment::share`).
     share: Mutex<Option<f64>>,
+    /// This worker's parts of the fleet's time slots (its partitions'; see
+    /// `sink::tables::slot_parts`), kept to when the strategy says so.
+    slot_parts: Mutex<Option<Vec<(f64, f64)>>>,
     /// Batches take turns at the pacer in the order they arrive (tokio's
     /// mutex is fair), so a later batch never overtakes an earlier one.
     turn: tokio::sync::Mutex<()>,
@@ -58,6 +61,10 @@ pub struct Control {
     hot: Option<Mutex<HotKeys>>,
 }
 
+/// A request's turn at the table's pacer (see [`Control::turn`]).
+#[derive(Debug)]
+pub struct Turn<'a>(#[allow(dead_code)] tokio::sync::MutexGuard<'a, ()>);
+
 /// The control loop's state, for logs and summaries.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ControlReport {
@@ -71,6 +78,9 @@ pub struct ControlReport {
     /// Keys a key range refused, paced apart, and their rate (units/s).
     pub hot_keys: usize,
     pub hot_rate: Option<f64>,
+    /// The part of each period this worker sends in, when it keeps to time
+    /// slots (None: any time; see [`Slots`]).
+    pub time_slot_width: Option<f64>,
     /// The table's warm throughput, units/s, where no capacity is known (an
     /// on-demand table without a maximum): where pacing started from.
     pub warm: Option<f64>,
@@ -90,6 +100,7 @@ impl Control {
             capacity: Mutex::new(None),
             warm: Mutex::new(None),
             share: Mutex::new(None),
+            slot_parts: Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
             accepted: Mutex::new(AcceptedWindow::new(REMAINING_WINDOW)),
             epoch: Instant::now(),
@@ -199,6 +210,19 @@ impl Control {
         self.hint();
     }
 
+    /// This worker's parts of each period of the fleet's time slots (None:
+    /// unknown; see [`Slots`]).
+    pub fn set_slot_parts(&self, parts: Option<Vec<(f64, f64)>>) {
+        *self.slot_parts.lock() = parts;
+        let size = self.strategy.lock().max_request_units();
+        self.steer(size);
+    }
+
+    /// The time slots the pacer keeps to now (None: any time).
+    pub fn slots(&self) -> Option<Slots> {
+        self.pacer.slots()
+    }
+
     /// The capacity the strategy is told: the table's, or the budget if
     /// lower.
     fn capacity_seen(&self) -> Option<f64> {
@@ -226,11 +250,22 @@ impl Control {
     /// requests sized to what the server admits at once do not leave back
     /// to back (only rate strategies size their requests).
     fn steer(&self, size: Option<f64>) {
-        let rate = self.strategy.lock().rate().or(self.fixed_rate);
+        let (rate, slotted) = {
+            let s = self.strategy.lock();
+            (s.rate().or(self.fixed_rate), s.slotted())
+        };
+        let slots = slotted
+            .then(|| self.slot_parts.lock().clone())
+            .flatten()
+            .map(|parts| Slots {
+                period: SLOT_PERIOD,
+                parts,
+            });
         let cap = self
             .budget
             .worker_cap(*self.capacity.lock(), *self.share.lock());
         if let Some(rate) = lower(rate, cap) {
+            self.pacer.set_slots(slots);
             self.pacer.steer(Some(rate), burst_for(size));
         }
     }
@@ -247,16 +282,18 @@ impl Control {
         self.strategy.lock().before_call(now)
     }
 
-    /// Waits for this batch's turn, then until its cost may be spent at the
-    /// pacing rate. Returns false (spending nothing) if, when its turn comes,
-    /// `wanted()` says the batch is no longer to be sent.
-    pub async fn pace(&self, units: u32, wanted: impl Fn() -> bool) -> bool {
-        let _turn = self.turn.lock().await;
-        if !wanted() {
-            return false;
-        }
+    /// Waits for a request's turn at the pacer: requests take turns in the
+    /// order they ask (tokio's mutex is fair). The request is composed once
+    /// its turn has come, so it is sized by what the server has shown it
+    /// admits by then, not by what was known while earlier requests waited.
+    pub async fn turn(&self) -> Turn<'_> {
+        Turn(self.turn.lock().await)
+    }
+
+    /// In its turn, waits until a request's cost may be spent at the pacing
+    /// rate.
+    pub async fn pace(&self, _turn: &Turn<'_>, units: u32) {
         self.pacer.acquire(units).await;
-        true
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -326,6 +363,7 @@ impl Control {
             share: *self.share.lock(),
             hot_keys,
             hot_rate,
+            time_slot_width: self.pacer.slots().map(|s| s.width()),
             warm: *self.warm.lock(),
             slept_s: self.slept_ns.load(Relaxed) as f64 / 1e9,
             max_sleep_s: self.max_sleep_ns.load(Relaxed) as f64 / 1e9,

@@ -119,6 +119,13 @@ pub trait Strategy: Send + std::fmt::Debug {
         None
     }
 
+    /// Whether requests should keep to the fleet's time slots (see
+    /// [`pace::Slots`]): the server has shown it admits too little at once
+    /// for peers' requests to meet without throttles.
+    fn slotted(&self) -> bool {
+        false
+    }
+
     /// What is known before (and between) calls: the server's capacity in
     /// units per second and this client's share of it (DescribeTable and the
     /// group's partitions in the worker; the scenario in the simulator).

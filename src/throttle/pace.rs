@@ -12,6 +12,17 @@
 //! Waiting here never blocks the Kafka consumer: the source pauses partitions
 //! and keeps polling when the pipeline is full.
 //!
+//! **Time slots.** Where the server admits little at once (a shallow bucket),
+//! workers pacing independently still meet: requests of two workers that
+//! arrive within the bucket's depth of each other take more than it holds.
+//! With [`Slots`] set, a pacer releases units only within its parts of a
+//! period on the wall clock the fleet shares (each worker's parts are its
+//! partitions' share of the period, so the parts of a group tile it), at
+//! its rate / its parts' width: within its parts a worker is alone at
+//! the table's pace, and the table sees one steady writer. A chunk is
+//! released only if it fits before its part ends (less `SLOT_GUARD`, for
+//! clocks and networks that are not exact).
+//!
 //! The pacer is generic over governor's clock: the worker uses tokio's clock
 //! ([`TokioClock`]: real time in production, virtual under a paused test
 //! runtime) and waits (`acquire`), the simulator (`crate::sim`) uses governor's fake
@@ -21,7 +32,7 @@
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use governor::clock::{Clock, Reference};
 use governor::middleware::NoOpMiddleware;
@@ -32,9 +43,59 @@ use parking_lot::RwLock;
 
 type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
+/// The period of the fleet's time slots: each worker waits at most this
+/// long for its part.
+pub const SLOT_PERIOD: Duration = Duration::from_secs(1);
+
+/// A slot's end kept free, for clocks and networks that are not exact.
+pub const SLOT_GUARD: Duration = Duration::from_millis(10);
+
+/// The parts of every `period` (of wall-clock time since the Unix epoch)
+/// in which a pacer releases units (see the module doc).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slots {
+    pub period: Duration,
+    /// Sorted, disjoint `[start, end)` fractions of the period.
+    pub parts: Vec<(f64, f64)>,
+}
+
+impl Slots {
+    /// The fraction of the period the parts take.
+    pub fn width(&self) -> f64 {
+        self.parts.iter().map(|(a, b)| b - a).sum()
+    }
+
+    /// How long from wall time `at` until `need` may start: zero within a
+    /// part that has `need` left before its end (less `SLOT_GUARD`), else
+    /// the time to the next part's start. A need longer than a whole part
+    /// starts at a part's start.
+    pub fn wait(&self, at: Duration, need: Duration) -> Duration {
+        let p = self.period.as_secs_f64();
+        if self.parts.is_empty() || p <= 0.0 {
+            return Duration::ZERO;
+        }
+        let phase = at.as_secs_f64() % p;
+        let (need, guard) = (need.as_secs_f64(), SLOT_GUARD.as_secs_f64());
+        let mut next = f64::INFINITY;
+        for &(a, b) in &self.parts {
+            let (start, end) = (a * p, b * p);
+            let last = (end - guard - need).max(start);
+            if phase >= start && phase <= last {
+                return Duration::ZERO;
+            }
+            let ahead = if start > phase { start } else { start + p };
+            next = next.min(ahead - phase);
+        }
+        Duration::from_secs_f64(next.max(1e-9))
+    }
+}
+
 #[derive(Debug)]
 struct Current<C: Clock> {
+    /// The rate asked for (units/s on average).
     rate: f64,
+    /// The limiter's: `rate` / the slots' width when slotted.
+    pace: f64,
     burst: NonZeroU32,
     limiter: Arc<Limiter<C>>,
     /// Nothing is released before this: the debt of the limiter this one
@@ -73,6 +134,10 @@ pub struct Pacer<C: Clock = TokioClock> {
     burst: AtomicU32,
     max_burst: NonZeroU32,
     clock: C,
+    /// Wall time (since the Unix epoch) at the clock's zero: slots follow
+    /// the wall clock.
+    wall_at_zero: Duration,
+    slots: RwLock<Option<Slots>>,
     current: RwLock<Option<Current<C>>>,
 }
 
@@ -80,7 +145,13 @@ impl Pacer<TokioClock> {
     /// A pacer at `rate` units/s (None: no pacing) releasing at most `burst`
     /// units at once, on tokio's clock.
     pub fn new(rate: Option<f64>, burst: NonZeroU32) -> Self {
-        Self::with_clock(rate, burst, TokioClock::default())
+        let clock = TokioClock::default();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut p = Self::with_clock(rate, burst, clock);
+        p.wall_at_zero = wall;
+        p
     }
 
     /// Waits until `units` may be spent, taking them in chunks of at most
@@ -97,13 +168,16 @@ impl Pacer<TokioClock> {
     }
 }
 
-impl<C: Clock + Clone> Pacer<C> {
-    /// A pacer on the given clock.
+impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
+    /// A pacer on the given clock (its zero taken as the wall clock's: the
+    /// simulator's clients share one virtual clock).
     pub fn with_clock(rate: Option<f64>, burst: NonZeroU32, clock: C) -> Self {
         let p = Self {
             burst: AtomicU32::new(burst.get()),
             max_burst: burst,
             clock,
+            wall_at_zero: Duration::ZERO,
+            slots: RwLock::new(None),
             current: RwLock::new(None),
         };
         p.set_rate(rate);
@@ -128,6 +202,13 @@ impl<C: Clock + Clone> Pacer<C> {
         let Some(n) = NonZeroU32::new(chunk) else {
             return Ok(0);
         };
+        if let Some(slots) = self.slots.read().as_ref() {
+            let wall = self.wall_at_zero + Duration::from(now);
+            let wait = slots.wait(wall, Duration::from_secs_f64(chunk as f64 / c.pace));
+            if !wait.is_zero() {
+                return Err(wait);
+            }
+        }
         match c.limiter.check_n(n).expect("chunk <= burst") {
             Ok(()) => Ok(chunk),
             Err(not_until) => Err(not_until.wait_time_from(now).max(Duration::from_nanos(1))),
@@ -156,13 +237,36 @@ impl<C: Clock + Clone> Pacer<C> {
         self.swap(&mut cur, rate);
     }
 
+    /// Keeps releases to these time slots (None: any time); the limiter's
+    /// pace becomes the rate / their width.
+    pub fn set_slots(&self, slots: Option<Slots>) {
+        let slots = slots.filter(|s| s.width() > 0.0 && s.width() < 1.0);
+        let mut cur = self.current.write();
+        if *self.slots.read() == slots {
+            return;
+        }
+        *self.slots.write() = slots;
+        let rate = cur.as_ref().map(|c| c.rate);
+        self.swap(&mut cur, rate);
+    }
+
+    /// The time slots in force.
+    pub fn slots(&self) -> Option<Slots> {
+        self.slots.read().clone()
+    }
+
     fn swap(&self, cur: &mut Option<Current<C>>, rate: Option<f64>) {
         let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
         let burst = NonZeroU32::new(self.burst.load(Relaxed)).unwrap_or(self.max_burst);
+        let width = self.slots.read().as_ref().map_or(1.0, Slots::width);
         match (rate, cur.as_ref()) {
             (None, _) => *cur = None,
-            (Some(r), Some(c)) if (r - c.rate).abs() <= c.rate * 0.01 && c.burst == burst => {}
-            (Some(r), _) => {
+            (Some(r), Some(c))
+                if (r - c.rate).abs() <= c.rate * 0.01
+                    && c.burst == burst
+                    && (c.pace * width - c.rate).abs() <= c.rate * 1e-9 => {}
+            (Some(rate), _) => {
+                let r = rate / width;
                 let period = Duration::from_secs_f64(1.0 / r).max(Duration::from_nanos(1));
                 let quota = Quota::with_period(period)
                     .expect("period > 0")
@@ -181,14 +285,19 @@ impl<C: Clock + Clone> Pacer<C> {
                         _ => now,
                     };
                     let debt = full_again.max(old.hold_until.unwrap_or(now));
-                    let debt = Duration::from(debt.duration_since(now)).mul_f64(old.rate / r);
+                    let debt = Duration::from(debt.duration_since(now)).mul_f64(old.pace / r);
                     // A cut means "slower from now on": not even one unit
                     // before a period of the new rate.
-                    let floor = if r < old.rate { period } else { Duration::ZERO };
+                    let floor = if rate < old.rate {
+                        period
+                    } else {
+                        Duration::ZERO
+                    };
                     now + Nanos::from(debt.max(floor))
                 });
                 *cur = Some(Current {
-                    rate: r,
+                    rate,
+                    pace: r,
                     burst,
                     limiter: Arc::new(limiter),
                     hold_until,
@@ -269,6 +378,73 @@ mod tests {
         p.steer(Some(100.0), 1_000);
         clock.advance(Duration::from_secs(1));
         assert_eq!(p.check(100), Ok(25));
+    }
+
+    #[test]
+    fn a_slot_admits_what_fits_before_its_end_and_otherwise_says_when_the_next_starts() {
+        let ms = Duration::from_millis;
+        let slots = Slots {
+            period: Duration::from_secs(1),
+            parts: vec![(0.0, 0.25), (0.5, 0.75)],
+        };
+        assert!((slots.width() - 0.5).abs() < 1e-12);
+        assert_eq!(slots.wait(ms(100), ms(20)), Duration::ZERO);
+        assert_eq!(
+            slots.wait(ms(3_600), ms(20)),
+            Duration::ZERO,
+            "every period"
+        );
+        // 20 ms need does not fit before 250 - 10 (the guard): to 500.
+        let w = slots.wait(ms(225), ms(20));
+        assert!((w.as_secs_f64() - 0.275).abs() < 1e-9, "{w:?}");
+        // After the last part: the first of the next period.
+        let w = slots.wait(ms(900), ms(1));
+        assert!((w.as_secs_f64() - 0.1).abs() < 1e-9, "{w:?}");
+        // A need longer than a part starts at a part's start.
+        assert_eq!(slots.wait(ms(500), ms(400)), Duration::ZERO);
+        assert!(!slots.wait(ms(501), ms(400)).is_zero());
+    }
+
+    #[test]
+    fn a_slotted_pacer_releases_its_rate_within_its_parts_only() {
+        use governor::clock::FakeRelativeClock;
+        let clock = FakeRelativeClock::default();
+        let p = Pacer::with_clock(Some(50.0), burst(1), clock.clone());
+        // A third of each second, from 1/3: 150 units/s within it, 50 on
+        // average.
+        p.set_slots(Some(Slots {
+            period: Duration::from_secs(1),
+            parts: vec![(1.0 / 3.0, 2.0 / 3.0)],
+        }));
+        assert_eq!(p.rate(), Some(50.0), "the rate asked for is kept");
+        let mut released = Vec::new();
+        let step = Duration::from_millis(1);
+        for _ in 0..3_000 {
+            if p.check(1) == Ok(1) {
+                released.push(Duration::from(clock.now()).as_secs_f64());
+            }
+            clock.advance(step);
+        }
+        let phase = |t: f64| t % 1.0;
+        assert!(
+            released
+                .iter()
+                .all(|t| phase(*t) >= 1.0 / 3.0 - 1e-9 && phase(*t) < 2.0 / 3.0 - 0.01 + 1e-9),
+            "outside its part: {:?}",
+            released
+                .iter()
+                .find(|t| phase(**t) < 1.0 / 3.0 || phase(**t) > 2.0 / 3.0)
+        );
+        // About 50 units a second: its part less the guard, at the 7 ms
+        // steps of a 1 ms clock (45 a part).
+        assert!((130..=151).contains(&released.len()), "{}", released.len());
+        // Unslotted again: any time.
+        p.set_slots(None);
+        let into = Duration::from(clock.now()).as_nanos() % 1_000_000_000;
+        clock.advance(Duration::from_nanos(
+            (1_000_000_000 - into) as u64 + 50_000_000,
+        ));
+        assert_eq!(p.check(1), Ok(1), "at 0.05 s into a period");
     }
 
     #[test]

@@ -317,6 +317,35 @@ async fn a_partial_answer_sizes_the_following_requests_and_a_rejected_piece_spar
 }
 
 #[tokio::test(start_paused = true)]
+async fn batches_waiting_their_turn_are_sized_by_what_the_table_admitted_meanwhile() {
+    // The table admits 3 items at once; four batches of 25 wait for their
+    // turn at the pacer.
+    let script: Script = Box::new(|_, items| Ok(admitting_first(3, items)));
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl.set_capacity(Some(200.0));
+    let mut batch = |b: usize| {
+        let values: Vec<String> = (0..25).map(|i| format!(r#"{{"id":"b{b}-{i}"}}"#)).collect();
+        s.batch(&values)
+    };
+    let (b0, b1, b2, b3) = (batch(0), batch(1), batch(2), batch(3));
+    let done = tokio::join!(s.write(b0), s.write(b1), s.write(b2), s.write(b3));
+    for r in [done.0, done.1, done.2, done.3] {
+        r.unwrap();
+    }
+    // The first request, and the one whose turn came while the first was
+    // in flight, carry whole batches; every later one what the table
+    // admitted (before, each of the four batches was sent whole first).
+    let calls = s.sink.calls();
+    assert_eq!(calls[0].ids.len(), 25);
+    assert!(
+        calls[2..].iter().all(|c| c.ids.len() <= 3),
+        "only the first two requests are whole batches: {:?}",
+        calls.iter().map(|c| c.ids.len()).collect::<Vec<_>>()
+    );
+    assert_eq!(s.watermark(), Some(100));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_table_with_indexes_sizes_requests_by_the_items_own_cost() {
     // ConsumedCapacity counts index writes (4 WCU per 1 WCU item here): the
     // first answer writes 3 of 10 items and reports 12 WCU consumed.

@@ -47,6 +47,10 @@ pub struct AdaptiveConfig {
     /// Shrink requests to what a partial answer shows the server admits at
     /// once, instead of cutting the rate ([`super::size`]).
     pub shrink_requests: bool,
+    /// Where the server admits at once less than a tenth of a second of the
+    /// table's capacity, keep to the fleet's time slots (see
+    /// [`crate::throttle::pace::Slots`]) so that peers' requests never meet.
+    pub time_slots: bool,
     /// Below this fraction of the fair share (capacity x share x target), a
     /// partial answer is not a rate signal: the request is too large.
     pub slow_below: f64,
@@ -93,6 +97,7 @@ impl Default for AdaptiveConfig {
             cushion_decrease: 0.75,
             cushion_empty_gain: 0.6,
             shrink_requests: true,
+            time_slots: true,
             slow_below: 0.5,
             size_hold_s: 30.0,
             size_grow: 1.25,

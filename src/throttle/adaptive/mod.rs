@@ -108,6 +108,11 @@ use size::RequestSize;
 /// fair share has a shallow bucket (see `note_event`).
 const SHALLOW_S: f64 = 0.25;
 
+/// A server that admits at once less than this many seconds of the
+/// table's capacity is one where peers keep to time slots (see
+/// `Strategy::slotted`).
+const SLOTTED_S: f64 = 0.1;
+
 /// A change of capacity x share by more than this fraction ends a settle.
 const SETTLE_RESET: f64 = 0.1;
 
@@ -332,6 +337,17 @@ impl Adaptive {
         self.last_below = Some(now);
     }
 
+    /// Whether this answer, partial, shows a server that admits at once
+    /// less than `SLOTTED_S` of `capacity` (see `Strategy::slotted`).
+    fn shows_slotted(&self, fb: &Feedback, capacity: f64) -> bool {
+        self.cfg.time_slots
+            && !self.level_mode
+            && fb.throttled
+            && fb.written_units > 0.0
+            && fb.written_units < fb.sent_units
+            && fb.written_units.max(1.0) < SLOTTED_S * capacity
+    }
+
     /// Whether the server has shown it admits at once less than
     /// `SHALLOW_S` of `rate` (units/s).
     fn shallow(&self, rate: f64) -> bool {
@@ -437,7 +453,15 @@ impl Strategy for Adaptive {
         // the rate stays.
         let fair = self.expected.map(|e| e * self.cfg.target_fraction);
         if let (Some(share), Some(c)) = (fb.share, self.capacity) {
-            self.size.set_part(share, SHALLOW_S * c);
+            // Alone in its time slots (or about to be: this answer shows
+            // the server admits too little at once), a client may take all
+            // the server admits at once.
+            let part = if self.slotted() || self.shows_slotted(fb, c) {
+                1.0
+            } else {
+                share
+            };
+            self.size.set_part(part, SHALLOW_S * c);
         }
         let slow = fair.is_some_and(|f| self.rate < self.cfg.slow_below * f);
         let size_signal = self.cfg.shrink_requests
@@ -547,6 +571,16 @@ impl Strategy for Adaptive {
 
     fn max_request_units(&self) -> Option<f64> {
         self.size.limit().filter(|_| self.cfg.shrink_requests)
+    }
+
+    fn slotted(&self) -> bool {
+        self.cfg.time_slots
+            && !self.level_mode
+            && self.capacity.is_some_and(|c| {
+                self.size
+                    .admits_at_once()
+                    .is_some_and(|p| p < SLOTTED_S * c)
+            })
     }
 
     fn current_delay(&self) -> Duration {

@@ -472,3 +472,37 @@ fn a_deep_cut_on_a_shallow_table_is_recovered_within_fast_recovery_s() {
     let deep = run(false);
     assert!(deep < 0.5 * fair, "{deep}");
 }
+
+#[test]
+fn peers_keep_to_time_slots_only_where_the_server_admits_under_a_tenth_of_a_second() {
+    let answer = |cfg: AdaptiveConfig, admitted: f64| {
+        let mut a = Adaptive::new(cfg);
+        a.after_attempt(&Feedback {
+            sent_units: 50.0,
+            written_units: admitted,
+            share: Some(1.0 / 3.0),
+            ..at(0, true, admitted, Some(200.0))
+        });
+        a
+    };
+    // 200 WCU/s: a tenth of a second is 20 units.
+    let shallow = answer(AdaptiveConfig::default(), 10.0);
+    assert!(shallow.slotted());
+    assert!(!answer(AdaptiveConfig::default(), 25.0).slotted());
+    assert!(!Adaptive::new(AdaptiveConfig::default()).slotted());
+    let off = AdaptiveConfig {
+        time_slots: false,
+        ..AdaptiveConfig::default()
+    };
+    assert!(!answer(off, 10.0).slotted());
+    // Slotted, a client is alone in its slots: on the next answer its
+    // requests may carry all the server admits at once, not a third of it.
+    let mut a = shallow;
+    a.after_attempt(&Feedback {
+        sent_units: 10.0,
+        written_units: 10.0,
+        share: Some(1.0 / 3.0),
+        ..at(100, false, 10.0, Some(200.0))
+    });
+    assert_eq!(a.max_request_units(), Some(10.0));
+}
