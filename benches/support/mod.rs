@@ -92,6 +92,7 @@ pub mod col {
     pub const WCU: usize = 5;
     pub const HOT_RATE: usize = 6;
     pub const HOT_KEYS: usize = 7;
+    pub const SLOT_WIDTH: usize = 8;
 }
 
 /// One job: a setup's running workers, their `/metrics` sampled every
@@ -113,7 +114,7 @@ pub struct JobResult {
     pub wall_s: f64,
     /// Per worker, rows of [`col`]: `[t (s since the job started), pacing
     /// rate, share, capacity, throttled requests, WCU consumed, hot range's
-    /// rate, hot keys]`.
+    /// rate, hot keys, time slot width]`.
     pub trace: Value,
 }
 
@@ -148,6 +149,7 @@ impl Job {
                         get("ingest_wcu_consumed_total"),
                         get("ingest_hot_rate_wcu"),
                         get("ingest_hot_keys"),
+                        get("ingest_time_slot_width"),
                     ]));
                 }
                 std::thread::sleep(Duration::from_secs(1));
