@@ -393,6 +393,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     let (wa, wb) = (at(&ra.trace), at(&rb.trace));
     let share = |w: f64| w / (CAPACITY * until);
     let steady = steady_throttles(&st);
+    // Job a's workers, then job b's.
+    let traces = [trace_rows(&ra.trace), trace_rows(&rb.trace)].concat();
     json!({
         "scenario": "two-jobs",
         "strategy": v.label,
@@ -409,6 +411,7 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         "job_b_share": share(wb),
         "together": share(wa + wb),
         "wall_s": ra.wall_s.max(rb.wall_s),
+        "worker_trace": traces,
     })
 }
 

@@ -93,6 +93,8 @@ pub mod col {
     pub const HOT_RATE: usize = 6;
     pub const HOT_KEYS: usize = 7;
     pub const SLOT_WIDTH: usize = 8;
+    /// How many columns a row has.
+    pub const COUNT: usize = 9;
 }
 
 /// One job: a setup's running workers, their `/metrics` sampled every
@@ -245,6 +247,14 @@ impl Job {
 }
 
 /// A trace's rows, per worker (see [`col`]).
-pub fn trace_rows(trace: &Value) -> Vec<Vec<[Option<f64>; 8]>> {
-    serde_json::from_value(trace.clone()).unwrap_or_default()
+pub fn trace_rows(trace: &Value) -> Vec<Vec<[Option<f64>; col::COUNT]>> {
+    if trace.is_null() {
+        return Vec::new();
+    }
+    serde_json::from_value(trace.clone()).unwrap_or_else(|e| {
+        panic!(
+            "a worker trace whose rows are not {} columns: {e}",
+            col::COUNT
+        )
+    })
 }
