@@ -506,3 +506,51 @@ fn peers_keep_to_time_slots_only_where_the_server_admits_under_a_tenth_of_a_seco
     });
     assert_eq!(a.max_request_units(), Some(10.0));
 }
+
+#[test]
+fn time_slots_still_throttled_in_their_parts_end_for_five_minutes() {
+    // 200 WCU/s; a partial answer admitting 10 units at once: slotted.
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&Feedback {
+        sent_units: 50.0,
+        written_units: 10.0,
+        share: Some(1.0 / 3.0),
+        ..at(0, true, 10.0, Some(200.0))
+    });
+    assert!(a.slotted());
+    // Answers every 100 ms, a throttled one half admitted (within the
+    // proven size: a rate signal, not a new size).
+    let answer = |a: &mut Adaptive, ms: u64, throttled: bool| {
+        let written = if throttled { 5.0 } else { 10.0 };
+        a.after_attempt(&Feedback {
+            sent_units: 10.0,
+            written_units: written,
+            share: Some(1.0 / 3.0),
+            ..at(ms, throttled, written, Some(200.0))
+        });
+    };
+    // One in 50 throttled within its parts (its own probing): kept.
+    let mut t = 100;
+    for i in 0..200 {
+        answer(&mut a, t, i % 50 == 49);
+        t += 100;
+    }
+    assert!(a.slotted());
+    // One in ten: writers outside the group meet it there. After one trial
+    // of 50 answers it sends at any time...
+    for i in 0..50 {
+        answer(&mut a, t, i % 10 == 9);
+        t += 100;
+    }
+    assert!(!a.slotted());
+    // ... for five minutes.
+    let off = t;
+    while t < off + 299_000 {
+        answer(&mut a, t, false);
+        assert!(!a.slotted(), "at {t} ms");
+        t += 1_000;
+    }
+    // Then the server's answers decide again.
+    answer(&mut a, off + 301_000, false);
+    assert!(a.slotted());
+}
