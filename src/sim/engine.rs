@@ -243,8 +243,17 @@ impl<'a> Run<'a> {
             None
         };
         let rate = strategy.rate().or(c.pacing_rate);
+        // Only the clocks' differences matter: each is ahead by 0-2x the
+        // skew (drawn apart from the client's other draws, which a skew
+        // then leaves as they were).
+        let skew = if c.clock_skew_ms > 0.0 {
+            let mut r = SmallRng::seed_from_u64(seed_for(sc.seed ^ 0xC10C, i as u64));
+            Duration::from_secs_f64(r.random_range(0.0..2.0 * c.clock_skew_ms) / 1e3)
+        } else {
+            Duration::ZERO
+        };
         Client {
-            pacer: Pacer::with_clock(rate, self.burst, clock.clone()),
+            pacer: Pacer::with_clock(rate, self.burst, clock.clone()).with_wall_offset(skew),
             strategy,
             rng,
             start,

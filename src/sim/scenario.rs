@@ -190,6 +190,10 @@ pub struct Clients {
     /// is told 1 / its job's clients.
     #[serde(default = "one_usize")]
     pub groups: usize,
+    /// Each client's wall clock is off by up to this much (a uniform draw
+    /// per client), milliseconds: time slots follow each one's own clock.
+    #[serde(default)]
+    pub clock_skew_ms: f64,
 }
 
 /// The time-to-clear probe (seed 004): a separate run where the server holds
@@ -371,6 +375,12 @@ impl Scenario {
         }
         if c.pacing_rate.is_some_and(|r| !positive(r)) {
             return bad("clients.pacing_rate: must be > 0".into());
+        }
+        if !(0.0..1000.0).contains(&c.clock_skew_ms) {
+            return bad(format!(
+                "clients.clock_skew_ms: must be >= 0 and < 1000 (got {})",
+                c.clock_skew_ms
+            ));
         }
         if c.pacing_burst == 0 {
             return bad("clients.pacing_burst: must be >= 1".into());

@@ -169,6 +169,13 @@ impl Pacer<TokioClock> {
 }
 
 impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
+    /// Its wall clock `offset` ahead (the simulator's clients whose clocks
+    /// are off: time slots follow each one's own wall clock).
+    pub fn with_wall_offset(mut self, offset: Duration) -> Self {
+        self.wall_at_zero += offset;
+        self
+    }
+
     /// A pacer on the given clock (its zero taken as the wall clock's: the
     /// simulator's clients share one virtual clock).
     pub fn with_clock(rate: Option<f64>, burst: NonZeroU32, clock: C) -> Self {
@@ -445,6 +452,28 @@ mod tests {
             (1_000_000_000 - into) as u64 + 50_000_000,
         ));
         assert_eq!(p.check(1), Ok(1), "at 0.05 s into a period");
+    }
+
+    #[test]
+    fn slots_follow_the_pacers_own_wall_clock() {
+        use governor::clock::FakeRelativeClock;
+        let clock = FakeRelativeClock::default();
+        // Its clock 300 ms ahead: its part [0.5, 1) of each second on its
+        // own clock is [0.2, 0.7) on the shared one.
+        let p = Pacer::with_clock(Some(50.0), burst(1), clock.clone())
+            .with_wall_offset(Duration::from_millis(300));
+        p.set_slots(Some(Slots {
+            period: Duration::from_secs(1),
+            parts: vec![(0.5, 1.0)],
+        }));
+        let mut first = None;
+        for ms in 0..1_000 {
+            if first.is_none() && p.check(1) == Ok(1) {
+                first = Some(ms);
+            }
+            clock.advance(Duration::from_millis(1));
+        }
+        assert_eq!(first, Some(200));
     }
 
     #[test]

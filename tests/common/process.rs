@@ -45,6 +45,14 @@ pub struct Setup {
     pub config: PathBuf,
 }
 
+/// The config file goes with its setup (tests used to leave one per run in
+/// the temporary directory).
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
 impl Setup {
     /// Creates the topics and an on-demand table, writes a config file.
     pub async fn new(partitions: i32, extra_route: &str) -> Setup {
