@@ -254,7 +254,10 @@ fn bad_scenarios_exit_2_naming_the_field() {
     std::fs::write(&skewed, text).unwrap();
     for (path, want) in [
         (bad.clone(), "clients.count = 0"),
-        (skewed, "clients.clock_skew_ms: must be >= 0 and < 1000 (got -5)"),
+        (
+            skewed,
+            "clients.clock_skew_ms: must be >= 0 and < 1000 (got -5)",
+        ),
         (dir.join("missing.toml"), "missing.toml"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_ingest"))

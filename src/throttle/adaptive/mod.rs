@@ -360,13 +360,20 @@ impl Adaptive {
     }
 
     /// Whether this answer, partial, shows a server that admits at once
-    /// less than `SLOTTED_S` of `capacity` (see `Strategy::slotted`).
-    fn shows_slotted(&self, fb: &Feedback, capacity: f64) -> bool {
+    /// less than `SLOTTED_S` of `capacity` (see `Strategy::slotted`): what
+    /// it admitted, and no request admitted whole lately, was that large
+    /// (the size the answer proves; otherwise its requests would carry all
+    /// the server admits at once without being slotted).
+    fn shows_slotted(&mut self, fb: &Feedback, capacity: f64) -> bool {
         self.slots_allowed()
             && fb.throttled
             && fb.written_units > 0.0
             && fb.written_units < fb.sent_units
-            && fb.written_units.max(1.0) < SLOTTED_S * capacity
+            && fb
+                .written_units
+                .max(1.0)
+                .max(self.size.largest_whole(fb.now))
+                < SLOTTED_S * capacity
     }
 
     /// Whether time slots may be kept: configured, not level mode, not

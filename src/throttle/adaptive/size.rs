@@ -126,6 +126,12 @@ impl RequestSize {
         self.limit
     }
 
+    /// The largest request admitted whole within `MEMORY` of `now` (0:
+    /// none): a partial answer now proves no smaller a size than this.
+    pub fn largest_whole(&mut self, now: Duration) -> f64 {
+        self.whole.max(now).unwrap_or(0.0)
+    }
+
     /// The most the server has shown it admits at once, once a partial
     /// answer has shown it admits less than was asked (None: no sign of a
     /// limit yet).

@@ -554,3 +554,26 @@ fn time_slots_still_throttled_in_their_parts_end_for_five_minutes() {
     answer(&mut a, off + 301_000, false);
     assert!(a.slotted());
 }
+
+#[test]
+fn a_partial_answer_after_a_larger_whole_one_keeps_requests_to_the_share() {
+    // 30 units admitted whole, then a partial answer to 50 admitting 10:
+    // the server has shown it admits 30 at once (a deep bucket another
+    // writer keeps low), over a tenth of a second of 200 WCU/s: not
+    // slotted, so requests carry this client's third of it, not all of it.
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&Feedback {
+        sent_units: 30.0,
+        written_units: 30.0,
+        share: Some(1.0 / 3.0),
+        ..at(0, false, 30.0, Some(200.0))
+    });
+    a.after_attempt(&Feedback {
+        sent_units: 50.0,
+        written_units: 10.0,
+        share: Some(1.0 / 3.0),
+        ..at(100, true, 10.0, Some(200.0))
+    });
+    assert!(!a.slotted());
+    assert_eq!(a.max_request_units(), Some(10.0));
+}
