@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::{burst_for, REMAINING_WINDOW};
-use crate::throttle::pace::{Pacer, Slots, SLOT_PERIOD};
+use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
@@ -366,12 +366,8 @@ impl<'a> Run<'a> {
                 .slotted()
                 .then(|| cl.slot_parts.clone())
                 .flatten()
-                .map(|parts| Slots {
-                    period: SLOT_PERIOD,
-                    parts,
-                });
-            cl.pacer.set_slots(slots);
-            cl.pacer.steer(Some(r), burst_for(size));
+                .map(Slots::new);
+            cl.pacer.steer(Some(r), burst_for(size), slots);
         }
         self.out.attempts.push(Attempt {
             client: id as u32,

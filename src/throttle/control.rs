@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
-use crate::throttle::pace::{Pacer, Slots, SLOT_PERIOD};
+use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
@@ -63,7 +63,9 @@ pub struct Control {
 
 /// A request's turn at the table's pacer (see [`Control::turn`]).
 #[derive(Debug)]
-pub struct Turn<'a>(#[allow(dead_code)] tokio::sync::MutexGuard<'a, ()>);
+pub struct Turn<'a> {
+    _held: tokio::sync::MutexGuard<'a, ()>,
+}
 
 /// The control loop's state, for logs and summaries.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -257,16 +259,12 @@ impl Control {
         let slots = slotted
             .then(|| self.slot_parts.lock().clone())
             .flatten()
-            .map(|parts| Slots {
-                period: SLOT_PERIOD,
-                parts,
-            });
+            .map(Slots::new);
         let cap = self
             .budget
             .worker_cap(*self.capacity.lock(), *self.share.lock());
         if let Some(rate) = lower(rate, cap) {
-            self.pacer.set_slots(slots);
-            self.pacer.steer(Some(rate), burst_for(size));
+            self.pacer.steer(Some(rate), burst_for(size), slots);
         }
     }
 
@@ -287,7 +285,9 @@ impl Control {
     /// its turn has come, so it is sized by what the server has shown it
     /// admits by then, not by what was known while earlier requests waited.
     pub async fn turn(&self) -> Turn<'_> {
-        Turn(self.turn.lock().await)
+        Turn {
+            _held: self.turn.lock().await,
+        }
     }
 
     /// In its turn, waits until a request's cost may be spent at the pacing

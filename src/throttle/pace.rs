@@ -60,6 +60,14 @@ pub struct Slots {
 }
 
 impl Slots {
+    /// These parts of every `SLOT_PERIOD`.
+    pub fn new(parts: Vec<(f64, f64)>) -> Self {
+        Self {
+            period: SLOT_PERIOD,
+            parts,
+        }
+    }
+
     /// The fraction of the period the parts take.
     pub fn width(&self) -> f64 {
         self.parts.iter().map(|(a, b)| b - a).sum()
@@ -145,13 +153,10 @@ impl Pacer<TokioClock> {
     /// A pacer at `rate` units/s (None: no pacing) releasing at most `burst`
     /// units at once, on tokio's clock.
     pub fn new(rate: Option<f64>, burst: NonZeroU32) -> Self {
-        let clock = TokioClock::default();
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let mut p = Self::with_clock(rate, burst, clock);
-        p.wall_at_zero = wall;
-        p
+        Self::with_clock(rate, burst, TokioClock::default()).with_wall_offset(wall)
     }
 
     /// Waits until `units` may be spent, taking them in chunks of at most
@@ -227,13 +232,16 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
         self.current.read().as_ref().map(|c| c.rate)
     }
 
-    /// Changes the rate and the most units released at once (capped at the
+    /// Changes the rate, the most units released at once (capped at the
     /// configured burst, at least 1: requests the server admits only in small
-    /// pieces are then not released back to back), swapping the limiter once.
-    pub fn steer(&self, rate: Option<f64>, burst: u32) {
+    /// pieces are then not released back to back) and the time slots kept
+    /// to (None: any time; the limiter's pace is the rate / their width),
+    /// swapping the limiter once.
+    pub fn steer(&self, rate: Option<f64>, burst: u32, slots: Option<Slots>) {
         let mut cur = self.current.write();
         self.burst
             .store(burst.clamp(1, self.max_burst.get()), Relaxed);
+        *self.slots.write() = slots.filter(|s| s.width() > 0.0 && s.width() < 1.0);
         self.swap(&mut cur, rate);
     }
 
@@ -241,19 +249,6 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
     /// the burst changed).
     pub fn set_rate(&self, rate: Option<f64>) {
         let mut cur = self.current.write();
-        self.swap(&mut cur, rate);
-    }
-
-    /// Keeps releases to these time slots (None: any time); the limiter's
-    /// pace becomes the rate / their width.
-    pub fn set_slots(&self, slots: Option<Slots>) {
-        let slots = slots.filter(|s| s.width() > 0.0 && s.width() < 1.0);
-        let mut cur = self.current.write();
-        if *self.slots.read() == slots {
-            return;
-        }
-        *self.slots.write() = slots;
-        let rate = cur.as_ref().map(|c| c.rate);
         self.swap(&mut cur, rate);
     }
 
@@ -376,13 +371,13 @@ mod tests {
         assert_eq!(p.check(25), Ok(25), "the first burst is free");
         // Down to 5 at once: nothing before the old debt (25 units at
         // 100/s) is paid, then chunks of 5.
-        p.steer(Some(100.0), 5);
+        p.steer(Some(100.0), 5, None);
         let wait = p.check(5).unwrap_err();
         assert!((wait.as_secs_f64() - 0.25).abs() < 0.011, "{wait:?}");
         clock.advance(Duration::from_secs(1));
         assert_eq!(p.check(25), Ok(5));
         // Never above the configured burst.
-        p.steer(Some(100.0), 1_000);
+        p.steer(Some(100.0), 1_000, None);
         clock.advance(Duration::from_secs(1));
         assert_eq!(p.check(100), Ok(25));
     }
@@ -419,10 +414,11 @@ mod tests {
         let p = Pacer::with_clock(Some(50.0), burst(1), clock.clone());
         // A third of each second, from 1/3: 150 units/s within it, 50 on
         // average.
-        p.set_slots(Some(Slots {
-            period: Duration::from_secs(1),
-            parts: vec![(1.0 / 3.0, 2.0 / 3.0)],
-        }));
+        p.steer(
+            Some(50.0),
+            1,
+            Some(Slots::new(vec![(1.0 / 3.0, 2.0 / 3.0)])),
+        );
         assert_eq!(p.rate(), Some(50.0), "the rate asked for is kept");
         let mut released = Vec::new();
         let step = Duration::from_millis(1);
@@ -446,7 +442,7 @@ mod tests {
         // steps of a 1 ms clock (45 a part).
         assert!((130..=151).contains(&released.len()), "{}", released.len());
         // Unslotted again: any time.
-        p.set_slots(None);
+        p.steer(Some(50.0), 1, None);
         let into = Duration::from(clock.now()).as_nanos() % 1_000_000_000;
         clock.advance(Duration::from_nanos(
             (1_000_000_000 - into) as u64 + 50_000_000,
@@ -462,10 +458,7 @@ mod tests {
         // own clock is [0.2, 0.7) on the shared one.
         let p = Pacer::with_clock(Some(50.0), burst(1), clock.clone())
             .with_wall_offset(Duration::from_millis(300));
-        p.set_slots(Some(Slots {
-            period: Duration::from_secs(1),
-            parts: vec![(0.5, 1.0)],
-        }));
+        p.steer(Some(50.0), 1, Some(Slots::new(vec![(0.5, 1.0)])));
         let mut first = None;
         for ms in 0..1_000 {
             if first.is_none() && p.check(1) == Ok(1) {

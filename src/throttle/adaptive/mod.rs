@@ -178,10 +178,9 @@ pub struct Adaptive {
     slotted_since: Option<Duration>,
     /// The current trial of the slots: (answers, throttled ones).
     slot_trial: (u32, u32),
-    /// Slots failed their trial: none until then.
+    /// Slots failed their trial: none until then (cleared by the first
+    /// answer after it).
     slots_off_until: Option<Duration>,
-    /// The time of the last answer.
-    now: Duration,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -221,7 +220,6 @@ impl Adaptive {
             slotted_since: None,
             slot_trial: (0, 0),
             slots_off_until: None,
-            now: Duration::ZERO,
             rng: SmallRng::seed_from_u64(seed),
             metrics: Metrics::default(),
         }
@@ -379,9 +377,7 @@ impl Adaptive {
     /// Whether time slots may be kept: configured, not level mode, not
     /// within `SLOTS_OFF` of a failed trial.
     fn slots_allowed(&self) -> bool {
-        self.cfg.time_slots
-            && !self.level_mode
-            && self.slots_off_until.is_none_or(|u| self.now >= u)
+        self.cfg.time_slots && !self.level_mode && self.slots_off_until.is_none()
     }
 
     /// Time slots are a bet that this client's peers are the only writers
@@ -397,6 +393,9 @@ impl Adaptive {
     /// than `SLOT_THROTTLED` of them throttled ends the slots for
     /// `SLOTS_OFF`.
     fn watch_slots(&mut self, fb: &Feedback) {
+        if self.slots_off_until.is_some_and(|u| fb.now >= u) {
+            self.slots_off_until = None;
+        }
         if !self.slotted() {
             self.slotted_since = None;
             self.slot_trial = (0, 0);
@@ -516,7 +515,6 @@ impl Strategy for Adaptive {
             self.level_step(fb, level, capacity);
             return Duration::ZERO;
         }
-        self.now = fb.now;
         self.watch_slots(fb);
         self.accepted.add(fb.now, fb.accepted_units);
         self.follow(fb.capacity, fb.share);

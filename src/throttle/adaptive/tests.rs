@@ -473,16 +473,22 @@ fn a_deep_cut_on_a_shallow_table_is_recovered_within_fast_recovery_s() {
     assert!(deep < 0.5 * fair, "{deep}");
 }
 
+/// An answer to a client with a third of a 200 WCU/s table: `sent` units
+/// asked, `written` written (throttled when fewer).
+fn third_of_200(ms: u64, sent: f64, written: f64) -> Feedback {
+    Feedback {
+        sent_units: sent,
+        written_units: written,
+        share: Some(1.0 / 3.0),
+        ..at(ms, written < sent, written, Some(200.0))
+    }
+}
+
 #[test]
 fn peers_keep_to_time_slots_only_where_the_server_admits_under_a_tenth_of_a_second() {
     let answer = |cfg: AdaptiveConfig, admitted: f64| {
         let mut a = Adaptive::new(cfg);
-        a.after_attempt(&Feedback {
-            sent_units: 50.0,
-            written_units: admitted,
-            share: Some(1.0 / 3.0),
-            ..at(0, true, admitted, Some(200.0))
-        });
+        a.after_attempt(&third_of_200(0, 50.0, admitted));
         a
     };
     // 200 WCU/s: a tenth of a second is 20 units.
@@ -498,12 +504,7 @@ fn peers_keep_to_time_slots_only_where_the_server_admits_under_a_tenth_of_a_seco
     // Slotted, a client is alone in its slots: on the next answer its
     // requests may carry all the server admits at once, not a third of it.
     let mut a = shallow;
-    a.after_attempt(&Feedback {
-        sent_units: 10.0,
-        written_units: 10.0,
-        share: Some(1.0 / 3.0),
-        ..at(100, false, 10.0, Some(200.0))
-    });
+    a.after_attempt(&third_of_200(100, 10.0, 10.0));
     assert_eq!(a.max_request_units(), Some(10.0));
 }
 
@@ -511,23 +512,13 @@ fn peers_keep_to_time_slots_only_where_the_server_admits_under_a_tenth_of_a_seco
 fn time_slots_still_throttled_in_their_parts_end_for_five_minutes() {
     // 200 WCU/s; a partial answer admitting 10 units at once: slotted.
     let mut a = Adaptive::new(AdaptiveConfig::default());
-    a.after_attempt(&Feedback {
-        sent_units: 50.0,
-        written_units: 10.0,
-        share: Some(1.0 / 3.0),
-        ..at(0, true, 10.0, Some(200.0))
-    });
+    a.after_attempt(&third_of_200(0, 50.0, 10.0));
     assert!(a.slotted());
     // Answers every 100 ms, a throttled one half admitted (within the
     // proven size: a rate signal, not a new size).
     let answer = |a: &mut Adaptive, ms: u64, throttled: bool| {
         let written = if throttled { 5.0 } else { 10.0 };
-        a.after_attempt(&Feedback {
-            sent_units: 10.0,
-            written_units: written,
-            share: Some(1.0 / 3.0),
-            ..at(ms, throttled, written, Some(200.0))
-        });
+        a.after_attempt(&third_of_200(ms, 10.0, written));
     };
     // One in 50 throttled within its parts (its own probing): kept.
     let mut t = 100;
@@ -562,18 +553,8 @@ fn a_partial_answer_after_a_larger_whole_one_keeps_requests_to_the_share() {
     // writer keeps low), over a tenth of a second of 200 WCU/s: not
     // slotted, so requests carry this client's third of it, not all of it.
     let mut a = Adaptive::new(AdaptiveConfig::default());
-    a.after_attempt(&Feedback {
-        sent_units: 30.0,
-        written_units: 30.0,
-        share: Some(1.0 / 3.0),
-        ..at(0, false, 30.0, Some(200.0))
-    });
-    a.after_attempt(&Feedback {
-        sent_units: 50.0,
-        written_units: 10.0,
-        share: Some(1.0 / 3.0),
-        ..at(100, true, 10.0, Some(200.0))
-    });
+    a.after_attempt(&third_of_200(0, 30.0, 30.0));
+    a.after_attempt(&third_of_200(100, 50.0, 10.0));
     assert!(!a.slotted());
     assert_eq!(a.max_request_units(), Some(10.0));
 }
