@@ -81,7 +81,11 @@ fn steady_throttles(st: &Value) -> (f64, f64) {
 /// The proxy's per-second timeline of a table (its stats): [second,
 /// accepted WCU, throttled requests, capacity in force, requests].
 fn timeline(st: &Value) -> Vec<[f64; 5]> {
-    serde_json::from_value(st["timeline"].clone()).unwrap_or_default()
+    match &st["timeline"] {
+        Value::Null => Vec::new(),
+        t => serde_json::from_value(t.clone())
+            .unwrap_or_else(|e| panic!("the proxy's timeline is not rows of 5 numbers: {e}")),
+    }
 }
 
 /// Seconds after a job's first write that `steady_throttles` leaves out.
