@@ -9,8 +9,8 @@
 //!   stores nothing) at 0 ms and 5 ms of latency, 1 and 2 workers.
 //!
 //! Records of 200 B, 1 KB and 4 KB (a JSON object: its `id` and padding), on
-//! a topic of 4 partitions. Reported per row: records/s and WCU/s (over the
-//! slowest worker's own elapsed time), CPU seconds per 100k records (the
+//! a topic of 4 partitions (more on the mock, below). Reported per row: records/s and WCU/s (over the
+//! slowest worker's own elapsed time, and steady: between the first and the last second sampled while writing), CPU seconds per 100k records (the
 //! workers' summed `cpu_s`; the stand-in's apart), peak RSS, and the ratio to
 //! raw consume of the same size. One run, side by side; the machine is shared
 //! and noisy, so compare within a run.
@@ -20,7 +20,17 @@
 //! caught up, and through a slow stand-in (`--wcu 500`: its buffers fill)
 //! for 40 s before a SIGTERM. Flat means: the same from 100k to 1M.
 //!
-//! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000),
+//! The broker: by default the one INGEST_TEST_BROKERS names (`make
+//! bench-pipeline` starts a fresh tansu for it). tansu serves about 15 MB/s,
+//! which caps the 1 KB and 4 KB rows, so with `BENCH_BROKER=mock` the same
+//! speed rows run on librdkafka's mock cluster inside this process (in
+//! memory; reports target/bench/pipeline-mock.{md,json}). The mock keeps only
+//! the last 5 MB of each partition, so its topics get enough partitions to
+//! hold every record (97 for 300k of 1 KB); the memory rows, with 1M records,
+//! run on tansu only. The raw consumer's CPU then includes the mock's own
+//! broker thread (same process).
+//!
+//! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000; 300000 on the mock),
 //! BENCH_SIZES ("200,1024,4096"), BENCH_LATENCIES ("0,5") and BENCH_WORKERS
 //! ("1,2") narrow the speed rows, BENCH_MEMORY ("100000,1000000"; "" skips)
 //! the memory rows. `make bench-pipeline` builds with the release profile
@@ -37,9 +47,17 @@ use common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::{json, Value};
-use support::Job;
+use support::{col, Job};
 
-const PARTITIONS: i32 = 4;
+/// Partitions of the topics: 4, or on the mock enough that each keeps at
+/// most 3.5 MB of its 5 MB (it drops older records past that).
+fn partitions(size: usize, n: usize) -> i32 {
+    if MOCK_BROKER.get().is_none() {
+        return 4;
+    }
+    let bytes = (n * (size + 100)) as f64;
+    (bytes / 3.5e6).ceil().max(4.0) as i32
+}
 
 /// `n` records of about `size` bytes each (JSON: `id`, padding).
 fn records(n: usize, size: usize, prefix: &str) -> Vec<(String, Option<String>)> {
@@ -78,7 +96,7 @@ fn cpu_of(pid: u32) -> Option<f64> {
 
 /// Reads every record of `topic` from the start; (seconds, CPU seconds of
 /// this process meanwhile).
-fn raw_consume(topic: &str, n: usize) -> (f64, f64) {
+fn raw_consume(topic: &str, partitions: i32, n: usize) -> (f64, f64) {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("group.id", unique("raw"))
@@ -86,7 +104,7 @@ fn raw_consume(topic: &str, n: usize) -> (f64, f64) {
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)
             .unwrap();
     }
@@ -112,7 +130,7 @@ fn raw_consume(topic: &str, n: usize) -> (f64, f64) {
 
 /// One ingest row: `workers` workers through the stand-in at `latency_ms`.
 async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> Value {
-    let s = Setup::build(PARTITIONS, "", None).await;
+    let s = Setup::build(partitions(size, n), "", None).await;
     let prefix = format!("s{size}-");
     produce_all(&s.topic, records(n, size, &prefix)).await;
     let proxy = ThrottleProxy::stand_in(&["--latency-ms", &latency_ms.to_string()]);
@@ -134,10 +152,12 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
     let rss = each("peak_rss_mb").fold(0.0, f64::max);
     let wcu: f64 = each("wcu_written").sum();
     let requests: f64 = each("requests").sum();
+    let steady = steady_wcu_per_s(&r.trace).map(|w| w / item_wcu(size, &prefix));
     json!({
         "case": "ingest", "size_b": size, "latency_ms": latency_ms, "workers": workers,
-        "records": n, "elapsed_s": elapsed,
+        "records": n, "partitions": s.partitions, "elapsed_s": elapsed,
         "records_per_s": n as f64 / elapsed.max(1e-3),
+        "steady_records_per_s": steady,
         "wcu_per_s": wcu / elapsed.max(1e-3),
         "cpu_s_per_100k": cpu / n as f64 * 1e5,
         "stand_in_cpu_s_per_100k": proxy_cpu.map(|c| c / n as f64 * 1e5),
@@ -145,6 +165,32 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
         "items_per_request": n as f64 / requests.max(1.0),
         "wall_s": r.wall_s,
     })
+}
+
+/// The workers' summed write rate between their first and last samples of
+/// the run (`/metrics` every second): without the group's join and the exit,
+/// WCU/s. None when a worker has fewer than two samples while writing.
+fn steady_wcu_per_s(trace: &Value) -> Option<f64> {
+    let mut sum = 0.0;
+    for rows in trace.as_array()? {
+        let pts: Vec<(f64, f64)> = rows
+            .as_array()?
+            .iter()
+            .filter_map(|r| Some((r[col::T].as_f64()?, r[col::WCU].as_f64()?)))
+            .collect();
+        let total = pts.last()?.1;
+        let first = pts.iter().find(|p| p.1 > 0.0)?;
+        let last = pts
+            .iter()
+            .rev()
+            .find(|p| p.1 < total)
+            .unwrap_or(pts.last()?);
+        if last.0 <= first.0 {
+            return None;
+        }
+        sum += (last.1 - first.1) / (last.0 - first.0);
+    }
+    Some(sum)
 }
 
 /// A process's resident memory now, MB (VmRSS).
@@ -207,7 +253,7 @@ fn memory_row(
 
 /// The memory rows for a topic of `n` records of 1 KB.
 async fn memory_rows(n: usize) -> Vec<Value> {
-    let s = Setup::build(PARTITIONS, "", None).await;
+    let s = Setup::build(4, "", None).await;
     produce_all(&s.topic, records(n, 1024, "m-")).await;
     let fast = ThrottleProxy::stand_in(&[]);
     let slow = ThrottleProxy::stand_in(&["--wcu", "500"]);
@@ -240,8 +286,8 @@ fn memory_markdown(rows: &[Value]) -> String {
 
 fn markdown(rows: &[Value]) -> String {
     let mut md = String::from(
-        "| case | record | latency | workers | records/s | WCU/s | x raw consume | CPU s / 100k | stand-in CPU s / 100k | peak RSS MB | items/request |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| case | record | latency | workers | records/s | steady records/s | WCU/s | x raw consume | CPU s / 100k | stand-in CPU s / 100k | peak RSS MB | items/request |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let raw = |size: &Value| {
         rows.iter()
@@ -256,7 +302,7 @@ fn markdown(rows: &[Value]) -> String {
             _ => "-".into(),
         };
         md += &format!(
-            "| {} | {} B | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} |\n",
+            "| {} | {} B | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} |\n",
             r["case"].as_str().unwrap_or(""),
             r["size_b"],
             r["latency_ms"]
@@ -264,6 +310,7 @@ fn markdown(rows: &[Value]) -> String {
                 .map_or("-".into(), |l| format!("{l} ms")),
             r["workers"].as_u64().map_or("-".into(), |w| w.to_string()),
             num("records_per_s", 0),
+            num("steady_records_per_s", 0),
             num("wcu_per_s", 0),
             num("cpu_s_per_100k", 2),
             num("stand_in_cpu_s_per_100k", 2),
@@ -284,19 +331,28 @@ fn list<T: std::str::FromStr>(key: &str, default: &str) -> Vec<T> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    let mock = std::env::var("BENCH_BROKER").is_ok_and(|b| b == "mock");
+    if mock {
+        let broker = ingest::devbroker::DevBroker::start().expect("the mock broker");
+        assert!(MOCK_BROKER.set(broker).is_ok());
+        eprintln!("broker: librdkafka's mock on {}", brokers());
+    }
     require_stack();
-    let n: usize = list("BENCH_RECORDS", "100000")[0];
+    // On the mock a run of 100k records of 1 KB lasts about 2 s, a third of
+    // it the group's join and the exit.
+    let n: usize = list("BENCH_RECORDS", if mock { "300000" } else { "100000" })[0];
     let sizes: Vec<usize> = list("BENCH_SIZES", "200,1024,4096");
     let latencies: Vec<u32> = list("BENCH_LATENCIES", "0,5");
     let workers: Vec<usize> = list("BENCH_WORKERS", "1,2");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
+    let report = if mock { "pipeline-mock" } else { "pipeline" };
     let mut rows: Vec<Value> = Vec::new();
     let save = |rows: &[Value]| {
         let md = markdown(rows) + &memory_markdown(rows);
-        std::fs::write(dir.join("pipeline.md"), &md).unwrap();
+        std::fs::write(dir.join(format!("{report}.md")), &md).unwrap();
         std::fs::write(
-            dir.join("pipeline.json"),
+            dir.join(format!("{report}.json")),
             serde_json::to_string_pretty(&json!({ "runs": rows })).unwrap(),
         )
         .unwrap();
@@ -305,14 +361,16 @@ async fn main() {
     for &size in &sizes {
         // Raw consume of a topic like the ingest rows'.
         let topic = unique("raw");
-        create_topics(&[(&topic, PARTITIONS)]).await;
+        let parts = partitions(size, n);
+        create_topics(&[(&topic, parts)]).await;
         produce_all(&topic, records(n, size, "raw-")).await;
         let t = topic.clone();
-        let (elapsed, cpu) = tokio::task::spawn_blocking(move || raw_consume(&t, n))
+        let (elapsed, cpu) = tokio::task::spawn_blocking(move || raw_consume(&t, parts, n))
             .await
             .unwrap();
         let row = json!({
-            "case": "raw consume", "size_b": size, "records": n, "elapsed_s": elapsed,
+            "case": "raw consume", "size_b": size, "records": n, "partitions": parts,
+            "elapsed_s": elapsed,
             "records_per_s": n as f64 / elapsed.max(1e-3),
             "wcu_per_s": n as f64 * item_wcu(size, "raw-") / elapsed.max(1e-3),
             "cpu_s_per_100k": cpu / n as f64 * 1e5,
@@ -329,7 +387,8 @@ async fn main() {
             }
         }
     }
-    for n in list::<usize>("BENCH_MEMORY", "100000,1000000") {
+    let memory = if mock { "" } else { "100000,1000000" };
+    for n in list::<usize>("BENCH_MEMORY", memory) {
         for row in memory_rows(n).await {
             let mut brief = row.clone();
             brief["samples"] = Value::Null;
@@ -339,5 +398,5 @@ async fn main() {
         }
     }
     let md = save(&rows);
-    println!("{md}\nreports: target/bench/pipeline.md, target/bench/pipeline.json");
+    println!("{md}\nreports: target/bench/{report}.md, target/bench/{report}.json");
 }

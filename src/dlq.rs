@@ -132,6 +132,7 @@ const CONSUMER_ONLY: &[&str] = &[
     "max.partition.fetch.bytes",
     "queued.min.messages",
     "queued.max.messages.kbytes",
+    "fetch.queue.backoff.ms",
     "isolation.level",
     "enable.partition.eof",
     "check.crcs",

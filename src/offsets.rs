@@ -57,6 +57,9 @@ struct Partition {
     epoch: u64,
     /// Tracked records not yet below the watermark.
     pending: VecDeque<(i64, Entry)>,
+    /// How many of them are `Entry::Pending` (asked per record polled: a
+    /// count, not a scan).
+    in_flight: usize,
     /// Being revoked (or the worker stopping): unstarted records are abandoned.
     closing: bool,
     /// While closing, until when this worker still owns the partition (the
@@ -76,7 +79,9 @@ struct Partition {
 /// The watermarks of every assigned partition.
 #[derive(Debug, Default, Clone)]
 pub struct OffsetTracker {
-    partitions: BTreeMap<TopicPartition, Partition>,
+    /// By topic, then partition: a lookup by `&str` allocates nothing (it is
+    /// made several times per record).
+    topics: BTreeMap<String, BTreeMap<i32, Partition>>,
     next_epoch: u64,
 }
 
@@ -93,6 +98,7 @@ impl OffsetTracker {
         let state = Partition {
             epoch,
             pending: VecDeque::new(),
+            in_flight: 0,
             closing: false,
             owned_until: None,
             watermark: committed,
@@ -100,20 +106,27 @@ impl OffsetTracker {
             last_tracked: None,
             dropped_from: None,
         };
-        self.partitions
-            .insert((topic.to_string(), partition), state);
+        self.topics
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, state);
         epoch
     }
 
     /// Forgets a revoked partition; later acks for it are ignored.
     pub fn revoke(&mut self, topic: &str, partition: i32) {
-        self.partitions.remove(&(topic.to_string(), partition));
+        if let Some(parts) = self.topics.get_mut(topic) {
+            parts.remove(&partition);
+            if parts.is_empty() {
+                self.topics.remove(topic);
+            }
+        }
     }
 
     /// Sets the committed (and, if nothing is pending, watermark) offset of a
     /// partition learnt from the broker after assignment.
     pub fn set_committed_from_broker(&mut self, topic: &str, partition: i32, offset: i64) {
-        if let Some(p) = self.partitions.get_mut(&(topic.to_string(), partition)) {
+        if let Ok(p) = self.get_mut(topic, partition) {
             p.committed = Some(offset);
             if p.pending.is_empty() && p.last_tracked.is_none() {
                 p.watermark = Some(offset);
@@ -141,6 +154,7 @@ impl OffsetTracker {
         }
         p.last_tracked = Some(offset);
         p.pending.push_back((offset, Entry::Pending));
+        p.in_flight += 1;
         Ok(p.epoch)
     }
 
@@ -150,6 +164,7 @@ impl OffsetTracker {
         if let Ok(p) = self.get_mut(topic, partition) {
             while matches!(p.pending.back(), Some(&(o, Entry::Pending)) if o >= offset) {
                 p.pending.pop_back();
+                p.in_flight -= 1;
             }
             p.last_tracked = p
                 .pending
@@ -249,6 +264,7 @@ impl OffsetTracker {
             return Err(OffsetError::Unknown(topic.into(), partition, offset));
         }
         p.pending[idx].1 = to;
+        p.in_flight -= 1;
         while let Some(&(o, Entry::Acked)) = p.pending.front() {
             p.watermark = Some(o + 1);
             p.pending.pop_front();
@@ -277,20 +293,12 @@ impl OffsetTracker {
 
     /// Number of tracked records not yet acked, for a partition.
     pub fn pending(&self, topic: &str, partition: i32) -> usize {
-        self.get(topic, partition).map_or(0, |p| {
-            p.pending
-                .iter()
-                .filter(|(_, e)| *e == Entry::Pending)
-                .count()
-        })
+        self.get(topic, partition).map_or(0, |p| p.in_flight)
     }
 
     /// Number of tracked records not yet acked, over every partition.
     pub fn pending_total(&self) -> usize {
-        self.partitions
-            .keys()
-            .map(|(t, p)| self.pending(t, *p))
-            .sum()
+        self.each().map(|(_, _, p)| p.in_flight).sum()
     }
 
     /// The next offset to commit for a partition, if any record was acked or
@@ -306,11 +314,10 @@ impl OffsetTracker {
 
     /// Partitions whose watermark moved past their committed offset.
     pub fn to_commit(&self) -> Vec<(TopicPartition, i64)> {
-        self.partitions
-            .iter()
-            .filter_map(|(tp, p)| match (p.watermark, p.committed) {
+        self.each()
+            .filter_map(|(t, n, p)| match (p.watermark, p.committed) {
                 (Some(w), Some(c)) if w <= c => None,
-                (Some(w), _) => Some((tp.clone(), w)),
+                (Some(w), _) => Some(((t.to_string(), n), w)),
                 _ => None,
             })
             .collect()
@@ -325,16 +332,33 @@ impl OffsetTracker {
 
     /// Every assigned partition.
     pub fn assigned(&self) -> Vec<TopicPartition> {
-        self.partitions.keys().cloned().collect()
+        self.each().map(|(t, n, _)| (t.to_string(), n)).collect()
+    }
+
+    /// Every assigned partition, by reference (nothing copied).
+    pub fn assigned_iter(&self) -> impl Iterator<Item = (&str, i32)> {
+        self.each().map(|(t, n, _)| (t, n))
+    }
+
+    /// No partition is assigned.
+    pub fn is_empty(&self) -> bool {
+        self.topics.is_empty()
+    }
+
+    fn each(&self) -> impl Iterator<Item = (&str, i32, &Partition)> {
+        self.topics
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(move |(n, p)| (t.as_str(), *n, p)))
     }
 
     fn get(&self, topic: &str, partition: i32) -> Option<&Partition> {
-        self.partitions.get(&(topic.to_string(), partition))
+        self.topics.get(topic)?.get(&partition)
     }
 
     fn get_mut(&mut self, topic: &str, partition: i32) -> Result<&mut Partition, OffsetError> {
-        self.partitions
-            .get_mut(&(topic.to_string(), partition))
+        self.topics
+            .get_mut(topic)
+            .and_then(|parts| parts.get_mut(&partition))
             .ok_or_else(|| OffsetError::NotAssigned(topic.into(), partition))
     }
 }

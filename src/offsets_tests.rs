@@ -113,6 +113,39 @@ fn untrack_drops_held_records_so_drain_can_finish() {
     t.track("t", 0, 3).unwrap();
 }
 
+#[test]
+fn counts_span_topics_and_forget_revoked_partitions() {
+    let mut t = OffsetTracker::new();
+    assert!(t.is_empty());
+    let a = t.assign("a", 0, None);
+    t.assign("b", 3, Some(7));
+    t.assign("a", 1, None);
+    for o in 0..4 {
+        t.track("a", 0, o).unwrap();
+    }
+    t.track("b", 3, 7).unwrap();
+    t.ack("a", 0, 1, a).unwrap();
+    assert_eq!(t.pending_total(), 4);
+    let all: Vec<(&str, i32)> = t.assigned_iter().collect();
+    assert_eq!(all, [("a", 0), ("a", 1), ("b", 3)]);
+    assert_eq!(
+        t.assigned(),
+        [("a".to_string(), 0), ("a".into(), 1), ("b".into(), 3)]
+    );
+    t.revoke("b", 3);
+    assert_eq!(
+        t.pending_total(),
+        3,
+        "a revoked partition's records no longer count"
+    );
+    t.untrack_from("a", 0, 2);
+    assert_eq!(t.pending("a", 0), 1, "offsets 2 and 3 untracked, 1 acked");
+    t.revoke("a", 0);
+    t.revoke("a", 1);
+    assert!(t.is_empty());
+    assert_eq!(t.pending_total(), 0);
+}
+
 proptest! {
     /// Random offsets (with holes), random completion order, some records
     /// abandoned: the watermark never passes a record that is not acked,
@@ -148,6 +181,9 @@ proptest! {
                 t.ack("t", 1, o, e).unwrap();
                 acked.insert(o);
             }
+            // The count in flight is kept, not scanned: it must agree.
+            prop_assert_eq!(t.pending("t", 1), offsets.len() - acked.len() - abandoned.len());
+            prop_assert_eq!(t.pending_total(), t.pending("t", 1));
             if let Some(w) = t.watermark("t", 1) {
                 // Every tracked offset below the watermark is acked.
                 for &x in offsets.iter().filter(|&&x| x < w) {

@@ -157,9 +157,7 @@ impl Poller {
     /// No partition assigned and no record held or in flight.
     pub(super) fn holds_nothing(&self) -> bool {
         let tracker = self.ctx().acks.lock();
-        tracker.assigned().is_empty()
-            && tracker.pending_total() == 0
-            && self.ctx().held.lock().is_empty()
+        tracker.is_empty() && tracker.pending_total() == 0 && self.ctx().held.lock().is_empty()
     }
 
     /// Warns, every `REBALANCE_STALL`, while the subscription or a revocation
@@ -221,13 +219,13 @@ impl Poller {
         let tracker = self.ctx().acks.lock();
         let targets = self.ctx().targets.lock();
         tracker.pending_total() == 0
-            && tracker
-                .assigned()
-                .iter()
-                .all(|tp| match (targets.get(tp), pos(&tracker, tp)) {
+            && tracker.assigned_iter().all(|(topic, p)| {
+                let tp = (topic.to_string(), p);
+                match (targets.get(&tp), pos(&tracker, &tp)) {
                     (Some(end), Some(at)) => at >= *end,
                     _ => false,
-                })
+                }
+            })
     }
 }
 

@@ -80,6 +80,11 @@ pub(super) enum Take {
     Nothing,
 }
 
+/// While records flow, how many a pass of the poll loop takes (those
+/// librdkafka already holds, without waiting) before its housekeeping, which
+/// looks at every assigned partition.
+const POLL_BURST: usize = 64;
+
 /// How long a stalled source sleeps between looks for room.
 const ROOM_WAIT: Duration = Duration::from_millis(1);
 
@@ -125,6 +130,9 @@ impl Poller {
                     Some(Ok(m)) => {
                         self.accept(&m);
                         self.kafka_answered();
+                        if take == Take::Poll {
+                            self.take_more()?;
+                        }
                     }
                     Some(Err(e)) => {
                         warn!(error = %e, "kafka consumer error");
@@ -227,6 +235,28 @@ impl Poller {
         };
         record.charge = Charge::new(&self.opts.buffered, record.size() + RECORD_OVERHEAD);
         self.ctx().held.lock().push_back(record);
+    }
+
+    /// Takes up to [`POLL_BURST`] more records that librdkafka already
+    /// holds, while the pipeline has room and the byte budget allows.
+    fn take_more(&self) -> Result<(), SourceError> {
+        for _ in 1..POLL_BURST {
+            self.forward_held()?;
+            let full = !self.ctx().held.lock().is_empty();
+            if full || self.opts.buffered.load(Relaxed) >= self.opts.max_buffered_bytes {
+                break;
+            }
+            match self.consumer.poll(Duration::ZERO) {
+                Some(Ok(m)) => self.accept(&m),
+                Some(Err(e)) => {
+                    warn!(error = %e, "kafka consumer error");
+                    self.opts.live.kafka_err(e.to_string());
+                    break;
+                }
+                None => break,
+            }
+        }
+        Ok(())
     }
 
     /// Hands held records to the pipeline until its channel is full.

@@ -3,7 +3,20 @@
 
 use super::*;
 
+/// bench-pipeline's in-process broker when it runs on librdkafka's mock
+/// (`BENCH_BROKER=mock`): the mock answers no CreateTopics, so topics are
+/// made through its own API.
+pub static MOCK_BROKER: std::sync::OnceLock<ingest::devbroker::DevBroker> =
+    std::sync::OnceLock::new();
+
 pub async fn create_topics(topics: &[(&str, i32)]) {
+    if let Some(mock) = MOCK_BROKER.get() {
+        for (t, p) in topics {
+            mock.create_topic(t, *p)
+                .expect("create topic on the mock broker");
+        }
+        return;
+    }
     let topics: Vec<(String, i32)> = topics.iter().map(|(t, p)| (t.to_string(), *p)).collect();
     ingest::tools::create_topics(brokers(), &topics)
         .await

@@ -35,10 +35,14 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 /// The broker the tests and benches use: tansu on 127.0.0.1:9092, or
-/// INGEST_TEST_BROKERS (bench-pipeline points it at a broker of its own).
+/// INGEST_TEST_BROKERS (bench-pipeline points it at a broker of its own:
+/// a fresh tansu, or librdkafka's mock in its own process).
 pub fn brokers() -> &'static str {
     static BROKERS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BROKERS.get_or_init(|| {
+        if let Some(mock) = MOCK_BROKER.get() {
+            return mock.bootstrap_servers();
+        }
         std::env::var("INGEST_TEST_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
     })
 }
