@@ -140,7 +140,9 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
         "ingest {size} B, {latency_ms} ms, {workers} workers"
     ));
     let proxy_cpu = cpu_of(proxy.pid());
-    assert_eq!(r.items_written, n as u64, "every record written");
+    // At least once: with two workers a partition handed to both at once
+    // (tansu's coordinator does that at a join) is written twice for a while.
+    assert!(r.items_written >= n as u64, "every record written");
     assert_eq!(s.committed(), s.end_offsets(), "every offset committed");
     let each = |k: &'static str| {
         r.summaries
@@ -155,7 +157,8 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
     let steady = steady_wcu_per_s(&r.trace).map(|w| w / item_wcu(size, &prefix));
     json!({
         "case": "ingest", "size_b": size, "latency_ms": latency_ms, "workers": workers,
-        "records": n, "partitions": s.partitions, "elapsed_s": elapsed,
+        "records": n, "partitions": s.partitions,
+        "rewritten": r.items_written - n as u64, "elapsed_s": elapsed,
         "records_per_s": n as f64 / elapsed.max(1e-3),
         "steady_records_per_s": steady,
         "wcu_per_s": wcu / elapsed.max(1e-3),
