@@ -9,10 +9,12 @@
 //!   stores nothing) at 0 ms and 5 ms of latency, 1 and 2 workers.
 //!
 //! Records of 200 B, 1 KB and 4 KB (a JSON object: its `id` and padding), on
-//! a topic of 4 partitions (more on the mock, below). Reported per row: records/s and WCU/s (over the
-//! slowest worker's own elapsed time, and steady: between the first and the last second sampled while writing), CPU seconds per 100k records (the
-//! workers' summed `cpu_s`; the stand-in's apart), peak RSS, and the ratio to
-//! raw consume of the same size. One run, side by side; the machine is shared
+//! a topic of 4 partitions (more on the mock, below). Reported per row:
+//! records/s and WCU/s (over the slowest worker's own elapsed time, and
+//! steady: between the first and the last second sampled while writing), CPU
+//! seconds per 100k records (the workers' summed `cpu_s`; the stand-in's
+//! apart), records written twice, peak RSS, and the ratio to raw consume of
+//! the same size. One run, side by side; the machine is shared
 //! and noisy, so compare within a run.
 //!
 //! Memory: one worker's resident memory (VmRSS, sampled every half second)
@@ -30,10 +32,10 @@
 //! run on tansu only. The raw consumer's CPU then includes the mock's own
 //! broker thread (same process).
 //!
-//! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000; 300000 on the mock),
-//! BENCH_SIZES ("200,1024,4096"), BENCH_LATENCIES ("0,5") and BENCH_WORKERS
-//! ("1,2") narrow the speed rows, BENCH_MEMORY ("100000,1000000"; "" skips)
-//! the memory rows. `make bench-pipeline` builds with the release profile
+//! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000;
+//! 300000 on the mock), BENCH_SIZES ("200,1024,4096"), BENCH_LATENCIES
+//! ("0,5") and BENCH_WORKERS ("1,2") narrow the speed rows, BENCH_MEMORY
+//! ("100000,1000000"; "" skips) the memory rows. `make bench-pipeline` builds with the release profile
 //! (a dev build measures the compiler's debug code, not the worker).
 
 #[path = "../tests/common/mod.rs"]

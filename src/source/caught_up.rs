@@ -156,8 +156,7 @@ impl Poller {
 
     /// No partition assigned and no record held or in flight.
     pub(super) fn holds_nothing(&self) -> bool {
-        let tracker = self.ctx().acks.lock();
-        tracker.is_empty() && tracker.pending_total() == 0 && self.ctx().held.lock().is_empty()
+        self.ctx().acks.lock().is_empty() && self.ctx().held.lock().is_empty()
     }
 
     /// Warns, every `REBALANCE_STALL`, while the subscription or a revocation

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::Offset;
 use tokio::sync::mpsc;
@@ -134,10 +135,7 @@ impl Poller {
                             self.take_more()?;
                         }
                     }
-                    Some(Err(e)) => {
-                        warn!(error = %e, "kafka consumer error");
-                        self.opts.live.kafka_err(e.to_string());
-                    }
+                    Some(Err(e)) => self.consumer_error(&e),
                     None => {}
                 }
             }
@@ -237,6 +235,12 @@ impl Poller {
         self.ctx().held.lock().push_back(record);
     }
 
+    /// Logs an error the consumer's poll returned and keeps it for `/health`.
+    fn consumer_error(&self, e: &KafkaError) {
+        warn!(error = %e, "kafka consumer error");
+        self.opts.live.kafka_err(e.to_string());
+    }
+
     /// Takes up to [`POLL_BURST`] more records that librdkafka already
     /// holds, while the pipeline has room and the byte budget allows.
     fn take_more(&self) -> Result<(), SourceError> {
@@ -249,8 +253,7 @@ impl Poller {
             match self.consumer.poll(Duration::ZERO) {
                 Some(Ok(m)) => self.accept(&m),
                 Some(Err(e)) => {
-                    warn!(error = %e, "kafka consumer error");
-                    self.opts.live.kafka_err(e.to_string());
+                    self.consumer_error(&e);
                     break;
                 }
                 None => break,
