@@ -16,10 +16,14 @@
 //! - **Follow the expected share.** When the feedback carries the table's
 //!   provisioned capacity (DescribeTable, which auto scaling updates) and this
 //!   client's share of it (its share of the consumer group's partitions), the
-//!   client starts at `target_fraction` x capacity x share, and a change of
-//!   either rescales the rate and `w_max` by the same ratio: every worker does
-//!   the same, so the fleet follows a capacity step or a worker joining or
-//!   leaving at once. By default (`cap_at_share`) the share is also a cap:
+//!   client starts at `target_fraction` x capacity x share. A larger
+//!   capacity scales the rate and `w_max` up by the same ratio, a smaller one
+//!   caps them at the new share (throttles have usually cut them already),
+//!   and forgets what throttles taught. A new share (the same capacity)
+//!   scales them by its ratio both ways and keeps what was taught: the
+//!   group's work is spread anew over the same table. Every worker does the
+//!   same, so the fleet follows a capacity step or a worker joining,
+//!   leaving or finishing at once. By default (`cap_at_share`) the share is also a cap:
 //!   a client never paces above target x capacity x share, so busy peers
 //!   never collide (measured with `ingest sim`: 0 throttles instead of 5-6%
 //!   at 3 and 20 workers). The price is that an idle peer's capacity is not
@@ -39,7 +43,7 @@
 //!   less free than the share: another writer (the live application, a
 //!   second job) or a hot key range. Climbing straight back would meet it
 //!   again every few seconds, so the rate settles: no fast recovery until
-//!   `settle_s` passes without such an event (or the capacity or share
+//!   `settle_s` passes without such an event (or the capacity
 //!   changes); it climbs back over `settle_probe_s` to just under the level
 //!   of the last event (`target_fraction` x it) and cuts by
 //!   `settle_decrease`, so the table's bucket (which the other writer keeps
@@ -60,7 +64,7 @@
 //! - **Hard ceilings.** A throttle that names an account limit or the
 //!   table's on-demand maximum (`ceiling`) caps the rate at
 //!   `target_fraction` x the rate the server accepted then, for
-//!   `settle_max_s` or until the capacity or share changes: probing cannot
+//!   `settle_max_s` or until the capacity changes: probing cannot
 //!   move such a limit, only meet it again.
 //! - **Slow start.** Before the first congestion event, with no capacity known
 //!   (on-demand tables), the rate doubles every second while it is used,
@@ -162,7 +166,7 @@ pub struct Adaptive {
     /// Until when the rate does not climb straight back to the fair share.
     settled_until: Option<Duration>,
     /// How long the next settle lasts: `settle_s`, doubled by each settle
-    /// after the first (up to `settle_max_s`) until the capacity or share
+    /// after the first (up to `settle_max_s`) until the capacity
     /// changes. A writer that stays teaches the controller to stay under it.
     settle_for: Duration,
     /// A hard ceiling met (account limit, on-demand maximum): the rate
@@ -287,19 +291,38 @@ impl Adaptive {
         let Some(c) = capacity.filter(|c| *c > 0.0 && self.cfg.follow_capacity) else {
             return;
         };
+        let same_capacity =
+            self.expected.is_some() && self.capacity.is_some_and(|p| (c / p - 1.0).abs() < 0.01);
         self.capacity = Some(c);
         let share = share.unwrap_or(1.0);
         if share.is_nan() || share <= 0.0 {
             return; // no partitions now: keep the rate for when work returns
         }
         let e = c * share.min(1.0);
+        if same_capacity {
+            // Only the share moved (peers joined, left or finished, or the
+            // backlogs shifted): the group's work is spread anew over the
+            // same table, so the rate, the level of the last event and a
+            // ceiling scale by the same ratio, down as well as up, and what
+            // throttles taught about the table stays. Scaling up only (and
+            // forgetting a settle) let a worker whose share grew near the
+            // end of a job climb back into another writer's traffic while
+            // the peers whose shares shrank kept their rates: together
+            // the job asked more than it had been admitted.
+            if let Some(prev) = self.expected.filter(|p| (e / p - 1.0).abs() > 0.01) {
+                let k = e / prev;
+                self.rate *= k;
+                self.w_max = self.w_max.map(|w| w * k);
+                self.ceiling = self.ceiling.map(|(c, until)| (c * k, until));
+            }
+            self.expected = Some(e);
+            return;
+        }
         if self
             .expected
             .is_some_and(|prev| (e / prev - 1.0).abs() > SETTLE_RESET)
         {
-            // A new capacity or share: what the throttles taught is stale.
-            // (Shares by backlog drift by a few percent every few seconds;
-            // only a real change resets it.)
+            // A new capacity: what the throttles taught is stale.
             self.last_below = None;
             self.settled_until = None;
             self.settle_for = Duration::from_secs_f64(self.cfg.settle_s);

@@ -292,6 +292,49 @@ fn a_settle_lasts_longer_each_time_and_a_new_capacity_forgets_it() {
     assert_eq!(a.settle_for, Duration::from_secs(30));
 }
 
+/// Near the end of a job the shares by backlog shift between its workers.
+/// Under another writer, a worker whose share grows scales its settled rate
+/// (and stays settled), and one whose share shrinks scales its rate down:
+/// together they ask what they were admitted, not more.
+#[test]
+fn a_share_change_scales_the_rate_both_ways_and_keeps_a_settle() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let fb = |t: u64, thr: bool, share: f64| {
+        let mut fb = at(t, thr, 5.0, Some(200.0));
+        fb.share = Some(share);
+        fb
+    };
+    for t in (0..20_000).step_by(100) {
+        a.after_attempt(&fb(t, [3_000, 12_000].contains(&t), 1.0 / 3.0));
+    }
+    let settled = a.settled_until;
+    assert!(settled.is_some_and(|u| u > Duration::from_secs(20)));
+    let before = a.rate().unwrap();
+    a.after_attempt(&fb(20_000, false, 0.5));
+    let after = a.rate().unwrap();
+    assert!((after / before - 1.5).abs() < 0.02, "{before} -> {after}");
+    assert_eq!(
+        a.settled_until, settled,
+        "the table is the same: still settled"
+    );
+    // Still no fast recovery to the new share (98 units/s).
+    for t in (20_100..30_000).step_by(100) {
+        a.after_attempt(&fb(t, false, 0.5));
+    }
+    assert!(a.rate().unwrap() < 1.5 * 50.0, "{:?}", a.rate());
+    // A smaller share scales the rate down by as much.
+    let before = a.rate().unwrap();
+    a.after_attempt(&fb(30_000, false, 0.25));
+    let after = a.rate().unwrap();
+    assert!((after / before - 0.5).abs() < 0.01, "{before} -> {after}");
+    // A new capacity still forgets the settle.
+    a.after_attempt(&fb(30_100, false, 0.25));
+    let mut c = fb(30_200, false, 0.25);
+    c.capacity = Some(400.0);
+    a.after_attempt(&c);
+    assert_eq!(a.settled_until, None);
+}
+
 #[test]
 fn a_hard_ceiling_is_never_probed_past_until_it_expires() {
     // An on-demand table (no capacity known) whose configured maximum is
