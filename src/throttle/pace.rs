@@ -286,26 +286,33 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
         self.slots.read().clone()
     }
 
+    /// The limiter's burst at `pace` for the burst asked (`base`): held
+    /// below the configured one, the server admits little at once, and only
+    /// a timer tick is added (more would send two requests back to back);
+    /// otherwise late wake-ups' slack (which covers a tick too).
+    fn limiter_burst(&self, base: NonZeroU32, pace: f64) -> NonZeroU32 {
+        if base < self.max_burst {
+            at_least_a_tick(base, pace)
+        } else {
+            with_late_wakes(base, pace)
+        }
+    }
+
     fn swap(&self, cur: &mut Option<Current<C>>, rate: Option<f64>) {
         let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
-        let burst = NonZeroU32::new(self.burst.load(Relaxed)).unwrap_or(self.max_burst);
+        let base = NonZeroU32::new(self.burst.load(Relaxed)).unwrap_or(self.max_burst);
         let width = self.slots.read().as_ref().map_or(1.0, Slots::width);
-        // Held below the configured burst: the server admits little at
-        // once, and a tolerance would send two requests back to back.
-        let steered = burst < self.max_burst;
-        let burst = match rate {
-            Some(r) if steered => at_least_a_tick(burst, r / width),
-            Some(r) => with_late_wakes(burst, r / width).max(at_least_a_tick(burst, r / width)),
-            None => burst,
-        };
         match (rate, cur.as_ref()) {
             (None, _) => *cur = None,
+            // (The burst compared at the current pace: one that follows the
+            // pace moves with every small change too.)
             (Some(r), Some(c))
                 if (r - c.rate).abs() <= c.rate * 0.01
-                    && c.burst == burst
+                    && c.burst == self.limiter_burst(base, c.pace)
                     && (c.pace * width - c.rate).abs() <= c.rate * 1e-9 => {}
             (Some(rate), _) => {
                 let r = rate / width;
+                let burst = self.limiter_burst(base, r);
                 let period = Duration::from_secs_f64(1.0 / r).max(Duration::from_nanos(1));
                 let quota = Quota::with_period(period)
                     .expect("period > 0")
@@ -381,6 +388,15 @@ mod tests {
         ));
         p.set_rate(None);
         assert_eq!(p.rate(), None);
+        // Also where the burst follows the pace (5 ms of it on top): a 0.5%
+        // change moves that by a unit, and still keeps the limiter.
+        let p = Pacer::new(Some(20_150.0), burst(25));
+        let first = p.current.read().as_ref().unwrap().limiter.clone();
+        p.set_rate(Some(20_250.0));
+        assert!(Arc::ptr_eq(
+            &first,
+            &p.current.read().as_ref().unwrap().limiter
+        ));
     }
 
     #[test]
@@ -389,6 +405,12 @@ mod tests {
         assert_eq!(at_least_a_tick(burst(25), 12_500.0), burst(25));
         assert_eq!(at_least_a_tick(burst(25), 1_000_000.0), burst(2_000));
         assert_eq!(at_least_a_tick(burst(1), 3_000.0), burst(6));
+        // Late wake-ups' slack (the burst when not held down) covers a tick.
+        for pace in [1.0, 100.0, 333.0, 334.0, 500.0, 12_500.0, 1e6] {
+            for b in [1, 5, 25] {
+                assert!(with_late_wakes(burst(b), pace) >= at_least_a_tick(burst(b), pace));
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]
