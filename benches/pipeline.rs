@@ -35,8 +35,9 @@
 //! Reports: target/bench/pipeline.{md,json}. BENCH_RECORDS (default 100000;
 //! 300000 on the mock), BENCH_SIZES ("200,1024,4096"), BENCH_LATENCIES
 //! ("0,5") and BENCH_WORKERS ("1,2") narrow the speed rows, BENCH_MEMORY
-//! ("100000,1000000"; "" skips) the memory rows. `make bench-pipeline` builds with the release profile
-//! (a dev build measures the compiler's debug code, not the worker).
+//! ("100000,1000000"; "" skips; "" on the mock) the memory rows. `make
+//! bench-pipeline` builds with the release profile (a dev build measures the
+//! compiler's debug code, not the worker).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -49,7 +50,7 @@ use common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::{json, Value};
-use support::{col, Job};
+use support::{col, trace_rows, Job};
 
 /// Partitions of the topics: 4, or on the mock enough that each keeps at
 /// most 3.5 MB of its 5 MB (it drops older records past that).
@@ -176,12 +177,15 @@ async fn ingest_row(size: usize, latency_ms: u32, workers: usize, n: usize) -> V
 /// the run (`/metrics` every second): without the group's join and the exit,
 /// WCU/s. None when a worker has fewer than two samples while writing.
 fn steady_wcu_per_s(trace: &Value) -> Option<f64> {
+    let workers = trace_rows(trace);
+    if workers.is_empty() {
+        return None;
+    }
     let mut sum = 0.0;
-    for rows in trace.as_array()? {
+    for rows in workers {
         let pts: Vec<(f64, f64)> = rows
-            .as_array()?
             .iter()
-            .filter_map(|r| Some((r[col::T].as_f64()?, r[col::WCU].as_f64()?)))
+            .filter_map(|r| Some((r[col::T]?, r[col::WCU]?)))
             .collect();
         let total = pts.last()?.1;
         let first = pts.iter().find(|p| p.1 > 0.0)?;
@@ -271,6 +275,9 @@ async fn memory_rows(n: usize) -> Vec<Value> {
 }
 
 fn memory_markdown(rows: &[Value]) -> String {
+    if !rows.iter().any(|r| r["case"] == "memory") {
+        return String::new(); // none asked (the mock, or BENCH_MEMORY="")
+    }
     let mut md = String::from(
         "\n| records of 1 KB | table | written | RSS MB, second half: median | max | peak RSS MB |\n|---|---|---|---|---|---|\n",
     );
