@@ -15,7 +15,10 @@
 //! - **one rate for all of them** (the hot range's), in capacity units per
 //!   second, learned as `adaptive` learns the table's: found, it starts at
 //!   [`DECREASE`] x the refused keys' part of the table's rate (at least
-//!   [`FOUND_PART`] of it); a refusal of a hot key
+//!   [`FOUND_PART`] of it), a guess that doubles per second while the hot
+//!   keys use it (up to the table's rate) until a refusal of a hot key
+//!   meets it (that cut goes to no less than half of the guess, which was
+//!   never admitted); a refusal of a hot key
 //!   cuts it to [`DECREASE`] x the lower of the rate and what the hot keys
 //!   wrote over the last [`WINDOW`], but to no less than `DECREASE` x
 //!   `DECREASE` x the rate in one event (cold keys of the hot partition, not
@@ -168,6 +171,12 @@ pub struct HotKeys {
     last_cut: Duration,
     /// Cuts in a row at about the same level (see [`MAX_DOUBLINGS`]).
     same_level: u32,
+    /// The rate is the guess a range was found with, not yet met by a
+    /// refusal of a hot key: it doubles per second while used (see
+    /// `answer`).
+    guess: bool,
+    /// The last answer heard (for the doubling's time step).
+    last_answer: Option<Duration>,
     /// Units of hot keys written.
     written: AcceptedWindow,
     /// Leaky bucket: when the next hot unit is due.
@@ -183,6 +192,8 @@ impl Default for HotKeys {
             w_max: 0.0,
             last_cut: Duration::ZERO,
             same_level: 0,
+            guess: false,
+            last_answer: None,
             written: AcceptedWindow::new(WINDOW),
             due: Duration::ZERO,
         }
@@ -226,6 +237,10 @@ impl HotKeys {
     /// it found a hot range where none was known, or cut its rate.
     pub fn answer(&mut self, a: &Answer<'_>) -> Option<Change> {
         let now = a.now;
+        let dt = self
+            .last_answer
+            .replace(now)
+            .map_or(0.0, |t| now.saturating_sub(t).as_secs_f64().min(1.0));
         for r in &a.refused {
             self.keys.insert(r.key.to_string(), now);
             self.order.push_back((r.key.to_string(), now));
@@ -253,6 +268,7 @@ impl HotKeys {
                 let base = base.max(MIN_RATE);
                 self.due = now;
                 self.cut(now, base, refused);
+                self.guess = true;
                 return Some(Change::Found);
             }
             Some(rate)
@@ -268,14 +284,40 @@ impl HotKeys {
                 // wrote, the range's rate fell from 46 to 5 units/s in one
                 // event and took 35 s to climb back (bench-dynamodb hot
                 // range, one worker).
+                // The end of a guess cuts deeper, to no less than half
+                // of it: a rate doubling per second was never admitted
+                // (floored at 0.8 x it, the first cut after a guess left
+                // the range above its partition's maximum for another
+                // event: 95 units/s, cut to 85, then 47, 13 requests
+                // refused on the way).
+                let floor = if self.guess { 0.5 } else { DECREASE };
                 let measured = self.written.rate_so_far(now);
                 let base = if measured > 0.0 {
-                    rate.min(measured).max(DECREASE * rate)
+                    rate.min(measured).max(floor * rate)
                 } else {
                     rate
                 };
                 self.cut(now, base, refused);
+                self.guess = false;
                 return Some(Change::Cut);
+            }
+            Some(rate)
+                if self.guess && !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate =>
+            {
+                // Found from a guess (one refused item of 25 says little of
+                // the keys' part): up as a slow start does, to the table's
+                // rate at most, until a refusal of its keys says where the
+                // partition's maximum is. Climbing along the curve from a
+                // guess of 6 units/s, a partition of 50 had 7-13 for 30 s,
+                // and the job, its records consumed in order, crawled with
+                // it (bench-dynamodb hot range, a 150 WCU/s table, one
+                // worker: 1.92x the bound).
+                let top = if a.table_rate > 0.0 {
+                    a.table_rate.max(rate)
+                } else {
+                    f64::INFINITY
+                };
+                self.rate = Some((rate * 2f64.powf(dt)).min(top));
             }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
                 let t = now.saturating_sub(self.last_cut).as_secs_f64();
@@ -323,6 +365,7 @@ impl HotKeys {
             self.rate = None;
             self.w_max = 0.0;
             self.same_level = 0;
+            self.guess = false;
         }
     }
 }
@@ -445,24 +488,28 @@ mod tests {
         let mut h = HotKeys::default();
         h.answer(&refusal(0.0, "k", false));
         assert_eq!(h.rate(), Some(32.0));
+        // A refusal of the hot key ends the guess (nothing written yet:
+        // cut from the rate).
+        h.answer(&refusal(0.6, "k", true));
+        assert_eq!(h.rate(), Some(0.8 * 32.0));
         // The hot keys write 10 units/s for 3 s, then are refused.
         for i in 1..=30 {
-            h.answer(&written(f64::from(i) * 0.1, 1.0));
+            h.answer(&written(0.6 + f64::from(i) * 0.1, 1.0));
         }
-        h.answer(&refusal(3.05, "k", true));
+        h.answer(&refusal(3.65, "k", true));
         let r = h.rate().unwrap();
         assert!(
-            (r - 0.64 * 32.0).abs() < 0.1,
+            (r - 0.64 * 25.6).abs() < 0.1,
             "0.8 x the 10/s written, but no deeper than 0.8 x 0.8 x the rate in one event: {r}"
         );
-        let mut in_flight = refusal(3.5, "k", true);
-        in_flight.sent = s(3.0);
+        let mut in_flight = refusal(4.2, "k", true);
+        in_flight.sent = s(3.6);
         h.answer(&in_flight);
         assert_eq!(h.rate(), Some(r), "sent before the cut: the same event");
         // Refused again (a request sent after the cut), still writing
         // less: down by another 0.64 at most.
-        let mut again = refusal(3.7, "k", true);
-        again.sent = s(3.6);
+        let mut again = refusal(4.3, "k", true);
+        again.sent = s(4.2);
         h.answer(&again);
         let r2 = h.rate().unwrap();
         assert!((r2 - 0.64 * r).abs() < 0.1, "{r2} from {r}");
@@ -473,32 +520,74 @@ mod tests {
         assert_eq!(young.rate(), Some(32.0));
         // Refused again and again with nothing written: the floor holds.
         for i in 0..100 {
-            h.answer(&refusal(5.0 + f64::from(i) * 1.1, "k", true));
+            h.answer(&refusal(6.0 + f64::from(i) * 1.1, "k", true));
         }
         assert_eq!(h.rate(), Some(MIN_RATE));
+    }
+
+    /// Answers every 50 ms until `until`, the hot keys writing all their
+    /// rate; returns the time reached.
+    fn use_it(h: &mut HotKeys, mut t: f64, until: f64) -> f64 {
+        while t < until {
+            t += 0.05;
+            let r = h.rate().unwrap();
+            h.answer(&written(t, r * 0.05));
+        }
+        t
+    }
+
+    #[test]
+    fn a_range_found_from_a_guess_doubles_while_used_until_its_keys_are_refused() {
+        let mut h = HotKeys::default();
+        let mut one = refusal(0.0, "k", false);
+        one.refused[0].units = 1.0;
+        h.answer(&one);
+        // One item of 25 at 200 units/s: a guess of 5% (x 0.8).
+        assert_eq!(h.rate(), Some(8.0));
+        let t = use_it(&mut h, 0.0, 2.0);
+        let up = h.rate().unwrap();
+        assert!((20.0..=32.5).contains(&up), "up to 2x per second: {up}");
+        // Refused at 4 s: cut, and from there the climb is the curve's.
+        let t = use_it(&mut h, t, 4.0);
+        let top = h.rate().unwrap();
+        h.answer(&refusal(t + 0.05, "k", true));
+        let cut = h.rate().unwrap();
+        assert!(
+            cut < DECREASE * DECREASE * top,
+            "a guess was never admitted: deeper than one event's usual floor, {cut} from {top}"
+        );
+        assert!(
+            cut >= 0.4 * top,
+            "but no deeper than 0.8 x half of it: {cut}"
+        );
+        use_it(&mut h, t + 0.05, t + 2.0);
+        let later = h.rate().unwrap();
+        assert!(
+            later < top,
+            "back toward the refused level over PROBE, not doubling: {later} (refused at {top})"
+        );
+        // Never past the table's rate while guessing.
+        let mut g = HotKeys::default();
+        g.answer(&one);
+        use_it(&mut g, 0.0, 20.0);
+        assert_eq!(g.rate(), Some(200.0));
     }
 
     #[test]
     fn the_rate_climbs_back_while_used_and_a_range_left_alone_is_forgotten() {
         let mut h = HotKeys::default();
         h.answer(&refusal(0.0, "k", false));
+        // A refusal of the hot key: no longer a guess, the curve climbs.
+        h.answer(&refusal(1.0, "k", true));
         let start = h.rate().unwrap();
-        let mut t = 0.0;
-        while t < 10.0 {
-            t += 0.05;
-            let r = h.rate().unwrap();
-            h.answer(&written(t, r * 0.05));
-        }
+        let t = 1.0;
+        let t = use_it(&mut h, t, 11.0);
         let back = h.rate().unwrap();
         assert!(
             (back - start / DECREASE).abs() < 1.0,
             "back at the cut's level after PROBE: {back}"
         );
-        while t < 20.0 {
-            t += 0.05;
-            let r = h.rate().unwrap();
-            h.answer(&written(t, r * 0.05));
-        }
+        use_it(&mut h, t, 21.0);
         assert!(h.rate().unwrap() > back, "then past it");
         // No refusal for TTL: the keys and the range are forgotten.
         h.answer(&written(100.0, 1.0));
