@@ -301,30 +301,30 @@ impl HotKeys {
                 self.guess = false;
                 return Some(Change::Cut);
             }
-            Some(rate)
-                if self.guess && !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate =>
-            {
-                // Found from a guess (one refused item of 25 says little of
-                // the keys' part): up as a slow start does, to the table's
-                // rate at most, until a refusal of its keys says where the
-                // partition's maximum is. Climbing along the curve from a
-                // guess of 6 units/s, a partition of 50 had 7-13 for 30 s,
-                // and the job, its records consumed in order, crawled with
-                // it (bench-dynamodb hot range, a 150 WCU/s table, one
-                // worker: 1.92x the bound).
-                let top = if a.table_rate > 0.0 {
-                    a.table_rate.max(rate)
-                } else {
-                    f64::INFINITY
-                };
-                self.rate = Some((rate * 2f64.powf(dt)).min(top));
-            }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
-                let t = now.saturating_sub(self.last_cut).as_secs_f64();
-                let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
-                let c3 = self.w_max * (1.0 - DECREASE) / k.powi(3);
-                let curve = c3 * (t - k).powi(3) + self.w_max;
-                self.rate = Some(curve.max(rate));
+                self.rate = Some(if self.guess {
+                    // Found from a guess (one refused item of 25 says
+                    // little of the keys' part): up as a slow start does,
+                    // to the table's rate at most, until a refusal of its
+                    // keys says where the partition's maximum is. Climbing
+                    // along the curve from a guess of 6 units/s, a
+                    // partition of 50 had 7-13 for 30 s, and the job, its
+                    // records consumed in order, crawled with it
+                    // (bench-dynamodb hot range, a 150 WCU/s table, one
+                    // worker: 1.92x the bound).
+                    let top = if a.table_rate > 0.0 {
+                        a.table_rate.max(rate)
+                    } else {
+                        f64::INFINITY
+                    };
+                    (rate * 2f64.powf(dt)).min(top)
+                } else {
+                    let t = now.saturating_sub(self.last_cut).as_secs_f64();
+                    let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
+                    let c3 = self.w_max * (1.0 - DECREASE) / k.powi(3);
+                    let curve = c3 * (t - k).powi(3) + self.w_max;
+                    curve.max(rate)
+                });
             }
             _ => {}
         }
@@ -580,8 +580,7 @@ mod tests {
         // A refusal of the hot key: no longer a guess, the curve climbs.
         h.answer(&refusal(1.0, "k", true));
         let start = h.rate().unwrap();
-        let t = 1.0;
-        let t = use_it(&mut h, t, 11.0);
+        let t = use_it(&mut h, 1.0, 11.0);
         let back = h.rate().unwrap();
         assert!(
             (back - start / DECREASE).abs() < 1.0,

@@ -370,33 +370,29 @@ mod tests {
         assert!(t.elapsed() < Duration::from_millis(50));
     }
 
+    /// The limiter the pacer uses now.
+    fn limiter(p: &Pacer) -> Arc<Limiter<TokioClock>> {
+        p.current.read().as_ref().unwrap().limiter.clone()
+    }
+
     #[test]
     fn small_rate_changes_keep_the_limiter_and_large_ones_swap_it() {
         let p = Pacer::new(Some(100.0), burst(10));
-        let first = p.current.read().as_ref().unwrap().limiter.clone();
+        let first = limiter(&p);
         p.set_rate(Some(100.5));
-        assert!(Arc::ptr_eq(
-            &first,
-            &p.current.read().as_ref().unwrap().limiter
-        ));
+        assert!(Arc::ptr_eq(&first, &limiter(&p)));
         assert_eq!(p.rate(), Some(100.0));
         p.set_rate(Some(150.0));
         assert_eq!(p.rate(), Some(150.0));
-        assert!(!Arc::ptr_eq(
-            &first,
-            &p.current.read().as_ref().unwrap().limiter
-        ));
+        assert!(!Arc::ptr_eq(&first, &limiter(&p)));
         p.set_rate(None);
         assert_eq!(p.rate(), None);
         // Also where the burst follows the pace (5 ms of it on top): a 0.5%
         // change moves that by a unit, and still keeps the limiter.
         let p = Pacer::new(Some(20_150.0), burst(25));
-        let first = p.current.read().as_ref().unwrap().limiter.clone();
+        let first = limiter(&p);
         p.set_rate(Some(20_250.0));
-        assert!(Arc::ptr_eq(
-            &first,
-            &p.current.read().as_ref().unwrap().limiter
-        ));
+        assert!(Arc::ptr_eq(&first, &limiter(&p)));
     }
 
     #[test]
