@@ -25,8 +25,8 @@
 //! modes, the proxy's count (the SDK retries out of the worker's sight).
 //! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
-//! narrow a run; BENCH_HOT_TABLE_WCU sets the hot range's table capacity;
-//! BENCH_LOG_DIR keeps each worker's log lines there.
+//! narrow a run; BENCH_HOT_TABLE_WCU and BENCH_HOT_BURST_S set the hot
+//! range's table capacity and bucket depth; BENCH_LOG_DIR keeps each worker's log lines there.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -133,15 +133,27 @@ fn pacing_reach_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Opt
         .map(|(t, _)| t as f64 - from)
 }
 
+/// A number from the environment variable `name`, else `default`.
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The hot range's table capacity: 1,000 WCU/s (above what its four
 /// partitions of 50 take together), or `BENCH_HOT_TABLE_WCU` (e.g. 150:
 /// a table whose capacity is spread over its partitions, the hot one
 /// borrowing up to its maximum).
 fn hot_table_wcu() -> f64 {
-    std::env::var("BENCH_HOT_TABLE_WCU")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000.0)
+    env_f64("BENCH_HOT_TABLE_WCU", 1_000.0)
+}
+
+/// The hot range's bucket depth, the table's and each partition's: the
+/// proxy's 1 s, or `BENCH_HOT_BURST_S` (a shape the hot range was not
+/// tuned on).
+fn hot_burst_s() -> f64 {
+    env_f64("BENCH_HOT_BURST_S", 1.0)
 }
 
 /// `hot-range`: returns the row.
@@ -157,7 +169,15 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         Some(table_wcu as i64),
     )
     .await;
-    let proxy = ThrottleProxy::start(&["--partitions", "4", "--partition-wcu", "50"]);
+    let burst = hot_burst_s().to_string();
+    let proxy = ThrottleProxy::start(&[
+        "--partitions",
+        "4",
+        "--partition-wcu",
+        "50",
+        "--burst-s",
+        &burst,
+    ]);
     s.use_endpoint(&proxy.endpoint());
     configure(&s, v, "");
     // Zipf(1.1) over 1,000 keys for 70% of the records, one key for 30%.
@@ -225,6 +245,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "workers": workers,
         "records": n,
         "table_wcu": table_wcu,
+        "burst_s": hot_burst_s(),
         "partition_load_records": load,
         "bound_s": bound_s,
         "duration_s": duration,
@@ -634,8 +655,9 @@ fn markdown(rows: &[Value]) -> String {
          unprocessed item.\n\n",
     );
     md += &format!(
-        "## Hot range: 4 partitions of 50 WCU/s, a {:.0} WCU/s table, Zipf(1.1) keys plus one key with 30% of the records\n\n",
-        hot_table_wcu()
+        "## Hot range: 4 partitions of 50 WCU/s, a {:.0} WCU/s table, buckets of {} s, Zipf(1.1) keys plus one key with 30% of the records\n\n",
+        hot_table_wcu(),
+        hot_burst_s()
     );
     md.push_str(
         "Bound: the busiest partition's records / 50 WCU/s, or all records / the table's capacity if longer \
