@@ -350,6 +350,7 @@ impl<'a> Run<'a> {
         let fb = Feedback {
             now: t,
             throttled,
+            key_range: false, // the simulator has no partitions
             accepted_units: a.accepted_units,
             sent_units: units,
             written_units: a.accepted_units,

@@ -41,7 +41,7 @@ use crate::record::Record;
 use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
 use crate::throttle::adaptive::size::leading_within;
-use crate::throttle::control::Control;
+use crate::throttle::control::{Control, Throttled};
 use crate::throttle::hot::{self, key_range_refused, Sent};
 use crate::throttle::simple::Exponential;
 use crate::throttle::Strategy;
@@ -351,6 +351,7 @@ impl Writer {
         // range does not cover: the table slows too.
         let range_over = (0..send.len()).any(|i| refused[i] && by_range[i] && hot[i]);
         let mut table_refused = false;
+        let mut by_table = false; // refused where no key range was read
         let mut apart = 0.0; // refused units the hot range answers for
         for (i, slot) in send.iter().enumerate() {
             if !refused[i] {
@@ -370,6 +371,7 @@ impl Writer {
                 apart += units[i];
             } else {
                 table_refused = true;
+                by_table |= !by_range[i];
             }
         }
         if hot.contains(&true) || !range.refused.is_empty() {
@@ -378,8 +380,13 @@ impl Writer {
             }
         }
         let nothing_for_table = apart > 0.0 && !table_refused && written == 0.0;
+        let throttled = match (table_refused, by_table) {
+            (false, _) => Throttled::No,
+            (true, true) => Throttled::Table,
+            (true, false) => Throttled::KeyRange,
+        };
         Heard {
-            table: (!nothing_for_table).then_some((table_refused, sent - apart)),
+            table: (!nothing_for_table).then_some((throttled, sent - apart)),
             accepted: answer.consumed.unwrap_or(written),
             written,
         }
@@ -506,7 +513,7 @@ enum Reading {
 struct Heard {
     /// (throttled, units sent) for the table's strategy; None when only
     /// keys the hot range answers for were refused and nothing was written.
-    table: Option<(bool, f64)>,
+    table: Option<(Throttled, f64)>,
     /// ConsumedCapacity (or the written units when not reported).
     accepted: f64,
     /// Units of the items written.

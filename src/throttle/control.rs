@@ -23,6 +23,18 @@ use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
+/// Whether, and by what, an attempt was throttled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttled {
+    No,
+    /// By the table (a table-level reason, or refusals not read as a key
+    /// range's).
+    Table,
+    /// Only by key ranges, on keys the hot range did not pace yet (see
+    /// `Feedback::key_range`).
+    KeyRange,
+}
+
 /// Window of the accepted-rate estimate behind `remaining`.
 pub const REMAINING_WINDOW: Duration = Duration::from_secs(1);
 
@@ -306,7 +318,7 @@ impl Control {
     /// own cost); returns the delay before the next one.
     pub fn after_attempt(
         &self,
-        throttled: bool,
+        throttled: Throttled,
         accepted_units: f64,
         sent_units: f64,
         written_units: f64,
@@ -320,7 +332,8 @@ impl Control {
             .remaining(now, accepted_units, capacity);
         let fb = Feedback {
             now,
-            throttled,
+            throttled: throttled != Throttled::No,
+            key_range: throttled == Throttled::KeyRange,
             accepted_units,
             sent_units,
             written_units,
@@ -329,7 +342,7 @@ impl Control {
             capacity,
             share,
         };
-        if throttled {
+        if fb.throttled {
             self.throttled.notify_one();
         }
         let mut s = self.strategy.lock();
@@ -390,7 +403,7 @@ mod tests {
     fn a_rate_strategy_steers_the_pacer() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(200.0));
-        c.after_attempt(false, 25.0, 25.0, 25.0);
+        c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
         assert_eq!(c.report().pacing_rate, Some(196.0));
         assert_eq!(c.report().capacity, Some(200.0));
     }
@@ -402,7 +415,7 @@ mod tests {
             .try_into()
             .unwrap();
         let c = Control::new(cfg.build(1), Some(50.0), burst());
-        let d = c.after_attempt(true, 0.0, 25.0, 0.0);
+        let d = c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
         assert_eq!(
             d,
             Duration::from_millis(500),
@@ -422,7 +435,7 @@ mod tests {
         let c = Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(half);
         c.set_capacity(Some(200.0));
         c.set_share(Some(0.5));
-        c.after_attempt(false, 25.0, 25.0, 25.0);
+        c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
         assert_eq!(c.report().pacing_rate, Some(49.0));
         assert_eq!(c.report().budget, Some(100.0));
         assert_eq!(c.report().capacity, Some(200.0), "the table's own");
@@ -437,7 +450,7 @@ mod tests {
         };
         let c = Control::new(cfg.build(1), Some(50.0), burst()).with_budget(abs);
         assert_eq!(c.report().pacing_rate, Some(20.0), "before any call");
-        c.after_attempt(true, 0.0, 25.0, 0.0);
+        c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
         assert_eq!(c.report().pacing_rate, Some(20.0));
     }
 

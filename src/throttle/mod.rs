@@ -46,6 +46,11 @@ pub struct Feedback {
     pub now: Duration,
     /// Throttled: a throttling error, or any item returned unprocessed.
     pub throttled: bool,
+    /// Throttled only by key ranges (the reasons, or which items came back,
+    /// say so), on keys the hot range did not pace yet: the table must slow
+    /// for a range of ever-new keys, but the rate it admitted says nothing
+    /// of the table's capacity.
+    pub key_range: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
     /// Capacity units the attempt asked for, by the items' own cost (no

@@ -239,6 +239,7 @@ mod tests {
     const FAIL: Feedback = Feedback {
         now: Duration::ZERO,
         throttled: true,
+        key_range: false,
         accepted_units: 0.0,
         sent_units: 0.0,
         written_units: 0.0,

@@ -388,6 +388,7 @@ impl Adaptive {
     fn shows_slotted(&mut self, fb: &Feedback, capacity: f64) -> bool {
         self.slots_allowed()
             && fb.throttled
+            && !fb.key_range
             && fb.written_units > 0.0
             && fb.written_units < fb.sent_units
             && fb
@@ -557,7 +558,10 @@ impl Strategy for Adaptive {
             self.size.set_part(part, SHALLOW_S * c);
         }
         let slow = fair.is_some_and(|f| self.rate < self.cfg.slow_below * f);
+        // A key range's refusals say nothing of what the table admits at
+        // once, nor of its rate.
         let size_signal = self.cfg.shrink_requests
+            && !fb.key_range
             && self
                 .size
                 .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
@@ -580,21 +584,29 @@ impl Strategy for Adaptive {
             } else {
                 0.0
             };
-            let base = if measured > 0.0 {
+            // (Not after a key range's refusal: the accepted rate is then
+            // what the hot range's pace let through, as records go in order;
+            // from 1,000 WCU/s with three workers, two cut 213-287 -> 16-22
+            // at once and climbed back as settled for 40 s.)
+            let base = if measured > 0.0 && !fb.key_range {
                 self.rate.min(measured)
             } else {
                 self.rate
             };
-            if std::mem::take(&mut self.ceiling_next) {
+            if !fb.key_range && std::mem::take(&mut self.ceiling_next) {
                 let until = fb.now + Duration::from_secs_f64(self.cfg.settle_max_s);
                 self.ceiling = Some((base * self.cfg.target_fraction, until));
             }
             if since.is_none_or(|s| s >= cooldown) {
-                self.note_event(fb.now, base, fair);
-                // Deeper once settled (this event included), so that the
-                // table's bucket, which the other writer keeps low, fills
-                // again before the next probe.
-                self.last_cut = if self.settled(fb.now) {
+                // A key range's refusal is a plain cut: neither a level of
+                // the table's free capacity nor a settle. Otherwise deeper
+                // once settled (this event included), so that the table's
+                // bucket, which the other writer keeps low, fills again
+                // before the next probe.
+                if !fb.key_range {
+                    self.note_event(fb.now, base, fair);
+                }
+                self.last_cut = if !fb.key_range && self.settled(fb.now) {
                     self.cfg.settle_decrease
                 } else {
                     self.cfg.decrease

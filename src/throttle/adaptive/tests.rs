@@ -6,6 +6,7 @@ pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) ->
     Feedback {
         now: Duration::from_millis(ms),
         throttled,
+        key_range: false,
         accepted_units: units,
         // As much as was accepted: no size learned (see the size tests).
         sent_units: units,
@@ -600,4 +601,38 @@ fn a_partial_answer_after_a_larger_whole_one_keeps_requests_to_the_share() {
     a.after_attempt(&third_of_200(100, 50.0, 10.0));
     assert!(!a.slotted());
     assert_eq!(a.max_request_units(), Some(10.0));
+}
+
+/// A third of a 1,000 WCU/s table, its records held back by a hot range's
+/// pace (they go in order): refusals of keys no range paced yet cut the
+/// table's rate plainly, from the rate; not to the accepted rate (which the
+/// hot range holds down), and they do not settle it under its share.
+#[test]
+fn a_key_ranges_refusals_cut_the_rate_plainly_and_do_not_settle_it() {
+    let fair = 1000.0 / 3.0 * 0.98;
+    let run = |key_range: bool| {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        let mut rates = Vec::new();
+        for t in (0..=30_000).step_by(100) {
+            // 15 units/s while the hot range holds the records, then 300.
+            let units = if t <= 3_000 { 1.5 } else { 30.0 };
+            let refused = t == 3_000 || t == 12_000;
+            let mut fb = at(t, refused, units, Some(1000.0));
+            fb.share = Some(1.0 / 3.0);
+            fb.key_range = refused && key_range;
+            a.after_attempt(&fb);
+            if [3_000, 30_000].contains(&t) {
+                rates.push(a.rate().unwrap());
+            }
+        }
+        rates
+    };
+    let r = run(true);
+    assert!((r[0] - 0.9 * fair).abs() < 0.5, "a plain cut: {r:?}");
+    assert!((r[1] - fair).abs() < 0.01, "not settled: {r:?}");
+    // Read as the table's own refusals: cut to 0.9 x the accepted 15
+    // units/s, then settled under the share by the second event.
+    let r = run(false);
+    assert!(r[0] < 15.0, "{r:?}");
+    assert!(r[1] < 0.9 * fair, "{r:?}");
 }
