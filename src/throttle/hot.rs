@@ -27,7 +27,9 @@
 //!   last cut (the others left at the rate already cut); the refused units go
 //!   again only once the new rate has paid for them (the partition, drained,
 //!   refills meanwhile). It climbs back to that level along a CUBIC curve
-//!   over [`PROBE`], then slowly past it, while the hot keys use it. Each cut
+//!   over [`PROBE`], then slowly past it, while the hot keys use it; past
+//!   it for half a `PROBE` more ([`REGUESS`]) with no refusal, that cut was
+//!   below the partition's maximum, and it doubles as a guess does. Each cut
 //!   at about the level of the one before doubles the time the climb takes
 //!   (up to [`MAX_DOUBLINGS`] times): a
 //!   partition's maximum does not move, and probing past it again and again
@@ -79,6 +81,10 @@ pub const PROBE: Duration = Duration::from_secs(10);
 /// Cuts at about the level of the one before lengthen the climb back this
 /// many times at most (x 2 each: 160 s).
 pub const MAX_DOUBLINGS: u32 = 4;
+/// A climb that has passed the level of the last cut for this many of its
+/// lengths (the curve at 1.025 x the level) with no refusal of a hot key
+/// doubles as a guess does: that cut was below the partition's maximum.
+pub const REGUESS: f64 = 1.5;
 /// A range found starts from no less than this part of the table's rate
 /// (x DECREASE).
 pub const FOUND_PART: f64 = 0.05;
@@ -302,6 +308,16 @@ impl HotKeys {
                 return Some(Change::Cut);
             }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
+                let t = now.saturating_sub(self.last_cut).as_secs_f64();
+                let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
+                if t >= REGUESS * k {
+                    // Cut below the partition's maximum (a start's burst
+                    // refused, or a maximum raised): the convex curve from
+                    // a low level crawls (a range cut to 8 units/s took 35 s
+                    // to reach 40 of a partition of 50, bench-dynamodb hot
+                    // range, a 150 WCU/s table, three workers).
+                    self.guess = true;
+                }
                 self.rate = Some(if self.guess {
                     // Found from a guess (one refused item of 25 says
                     // little of the keys' part): up as a slow start does,
@@ -319,8 +335,6 @@ impl HotKeys {
                     };
                     (rate * 2f64.powf(dt)).min(top)
                 } else {
-                    let t = now.saturating_sub(self.last_cut).as_secs_f64();
-                    let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
                     let c3 = self.w_max * (1.0 - DECREASE) / k.powi(3);
                     let curve = c3 * (t - k).powi(3) + self.w_max;
                     curve.max(rate)
@@ -586,10 +600,24 @@ mod tests {
             (back - start / DECREASE).abs() < 1.0,
             "back at the cut's level after PROBE: {back}"
         );
-        use_it(&mut h, t, 21.0);
-        assert!(h.rate().unwrap() > back, "then past it");
+        let t = use_it(&mut h, t, 15.5);
+        let past = h.rate().unwrap();
+        assert!(
+            past > back && past < 1.03 * back,
+            "then slowly past it: {past}"
+        );
+        // Past it for half a PROBE more with no refusal, the cut was below
+        // the partition's maximum: it doubles, as a guess does, up to the
+        // table's rate, until a refusal.
+        let t = use_it(&mut h, t, 18.0);
+        let doubled = h.rate().unwrap();
+        assert!(doubled > 2.5 * past, "{past} -> {doubled}");
+        let t = use_it(&mut h, t, 30.0);
+        assert_eq!(h.rate(), Some(200.0), "the table's rate at most");
+        h.answer(&refusal(t + 0.1, "k", true));
+        assert!(h.rate().unwrap() <= DECREASE * 200.0, "{:?}", h.rate());
         // No refusal for TTL: the keys and the range are forgotten.
-        h.answer(&written(100.0, 1.0));
+        h.answer(&written(t + 100.0, 1.0));
         assert!(h.is_empty());
         assert_eq!(h.rate(), None);
     }
