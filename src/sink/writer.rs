@@ -380,10 +380,14 @@ impl Writer {
             }
         }
         let nothing_for_table = apart > 0.0 && !table_refused && written == 0.0;
+        // Only key ranges refused: a plain cut of the table's rate while the
+        // hot range holds records back (what the job wrote is then its pace);
+        // otherwise the table's, down to what it accepted (a range of
+        // ever-new keys, or an index's, admits no more).
         let throttled = match (table_refused, by_table) {
             (false, _) => Throttled::No,
-            (true, true) => Throttled::Table,
-            (true, false) => Throttled::KeyRange,
+            (true, false) if ctl.hot_holds() => Throttled::KeyRange,
+            (true, _) => Throttled::Table,
         };
         Heard {
             table: (!nothing_for_table).then_some((throttled, sent - apart)),

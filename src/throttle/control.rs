@@ -30,8 +30,8 @@ pub enum Throttled {
     /// By the table (a table-level reason, or refusals not read as a key
     /// range's).
     Table,
-    /// Only by key ranges, on keys the hot range did not pace yet (see
-    /// `Feedback::key_range`).
+    /// Only by key ranges, on keys the hot range did not pace yet, while it
+    /// held others back (see `Feedback::key_range`).
     KeyRange,
 }
 
@@ -154,6 +154,12 @@ impl Control {
     }
 
     /// Lets `units` of a hot key go now, or says how long until they may.
+    /// Whether the hot range held a hot unit back lately ([`HotKeys::holds`]).
+    pub fn hot_holds(&self) -> bool {
+        let now = self.now();
+        self.hot.as_ref().is_some_and(|h| h.lock().holds(now))
+    }
+
     pub fn hot_admit(&self, units: u32) -> Result<(), Duration> {
         let now = self.now();
         match &self.hot {

@@ -28,7 +28,7 @@
 //!   again only once the new rate has paid for them (the partition, drained,
 //!   refills meanwhile). It climbs back to that level along a CUBIC curve
 //!   over [`PROBE`], then slowly past it, while the hot keys use it; past
-//!   it for half a `PROBE` more ([`REGUESS`]) with no refusal, that cut was
+//!   it for half that climb more ([`REGUESS`]) with no refusal, that cut was
 //!   below the partition's maximum, and it doubles as a guess does. Each cut
 //!   at about the level of the one before doubles the time the climb takes
 //!   (up to [`MAX_DOUBLINGS`] times): a
@@ -53,7 +53,10 @@
 //! them) stays a signal for the table's rate as well: a range of ever-new
 //! keys cannot be paced apart, only by slowing the job. So keys that come
 //! back are paced apart after their first refusal, and a range of distinct
-//! keys still slows the job to what it admits, as before.
+//! keys still slows the job to what it admits, as before; only while the
+//! range holds hot units back ([`HotKeys::holds`]), so that what the job
+//! wrote is the range's pace and not the table's, is that a plain cut of
+//! the table's rate (see `Feedback::key_range`).
 //!
 //! Simplified: one rate for every hot key of a table, whichever partitions
 //! they are in (a client cannot know DynamoDB's hash ranges); with several
@@ -81,9 +84,10 @@ pub const PROBE: Duration = Duration::from_secs(10);
 /// Cuts at about the level of the one before lengthen the climb back this
 /// many times at most (x 2 each: 160 s).
 pub const MAX_DOUBLINGS: u32 = 4;
-/// A climb that has passed the level of the last cut for this many of its
-/// lengths (the curve at 1.025 x the level) with no refusal of a hot key
-/// doubles as a guess does: that cut was below the partition's maximum.
+/// A climb this many of its lengths after the last cut (half a length past
+/// the level of that cut, the curve at 1.025 x it) with no refusal of a hot
+/// key since doubles as a guess does: that cut was below the partition's
+/// maximum.
 pub const REGUESS: f64 = 1.5;
 /// A range found starts from no less than this part of the table's rate
 /// (x DECREASE).
@@ -183,6 +187,8 @@ pub struct HotKeys {
     guess: bool,
     /// The last answer heard (for the doubling's time step).
     last_answer: Option<Duration>,
+    /// When `admit` last held a hot unit back.
+    held: Option<Duration>,
     /// Units of hot keys written.
     written: AcceptedWindow,
     /// Leaky bucket: when the next hot unit is due.
@@ -200,6 +206,7 @@ impl Default for HotKeys {
             same_level: 0,
             guess: false,
             last_answer: None,
+            held: None,
             written: AcceptedWindow::new(WINDOW),
             due: Duration::ZERO,
         }
@@ -233,10 +240,18 @@ impl HotKeys {
         };
         let due = self.due.max(now);
         if due > now + TOLERANCE {
+            self.held = Some(now);
             return Err(due - now - TOLERANCE);
         }
         self.due = due + Duration::from_secs_f64(units / rate);
         Ok(())
+    }
+
+    /// Whether it held a hot unit back within [`WINDOW`] of `now`: records
+    /// then wait on the range's pace, and what the table accepted says
+    /// little of the table.
+    pub fn holds(&self, now: Duration) -> bool {
+        self.held.is_some_and(|t| now.saturating_sub(t) < WINDOW)
     }
 
     /// Learns from an answered request (see the module doc); says whether
@@ -380,6 +395,7 @@ impl HotKeys {
             self.w_max = 0.0;
             self.same_level = 0;
             self.guess = false;
+            self.held = None;
         }
     }
 }
@@ -702,6 +718,7 @@ mod tests {
                 refused * 100.0
             );
             assert!(sum >= 0.8 * capacity, "{workers} workers: {rates:?}");
+            assert!(refused <= 0.01, "{workers} workers: {refused}");
             for r in &rates {
                 assert!(*r >= 0.5 * fair, "{workers} workers: {rates:?}");
             }

@@ -47,9 +47,9 @@ pub struct Feedback {
     /// Throttled: a throttling error, or any item returned unprocessed.
     pub throttled: bool,
     /// Throttled only by key ranges (the reasons, or which items came back,
-    /// say so), on keys the hot range did not pace yet: the table must slow
-    /// for a range of ever-new keys, but the rate it admitted says nothing
-    /// of the table's capacity.
+    /// say so), on keys the hot range did not pace yet, while it held other
+    /// hot keys' units back: the table must slow for a range of ever-new
+    /// keys, but what it accepted was the range's pace, not the table's.
     pub key_range: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,

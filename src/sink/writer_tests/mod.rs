@@ -489,6 +489,72 @@ fn values(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|id| format!(r#"{{"id":"{id}"}}"#)).collect()
 }
 
+/// A writer on a 200 WCU/s table whose first request finds a hot range
+/// (`h0`-`h3` refused by a key range, the cold items after them written),
+/// then writes one batch every 0.5 s for 6 s (four hot keys and one cold one
+/// if `hot`, else five cold ones: about 10 units/s accepted), then a batch
+/// of three new keys that a key range refuses with a 400: the table's pacing
+/// rate before and after that refusal.
+async fn new_keys_refused(hot: bool) -> (f64, f64) {
+    let mut refused = false;
+    let script: Script = Box::new(move |n, items| {
+        if n == 0 {
+            return Ok(unprocessed(items, |id| id.starts_with('h')));
+        }
+        if !refused && items.iter().any(|i| id_of(i) == "n0") {
+            refused = true;
+            return Err(WriteError::Throttled(
+                "ProvisionedThroughputExceededException".into(),
+                ThrottleScope::KeyRange,
+            ));
+        }
+        Ok(BatchOutcome::default())
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl = Control::new(StrategyConfig::default().build(1), None, burst25());
+    s.ctl.set_capacity(Some(200.0));
+    let first = s.batch(&values(&["h0", "h1", "h2", "h3", "c0", "c1", "c2", "c3"]));
+    s.write(first).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let mut b = 0;
+    while start.elapsed() < Duration::from_secs(6) {
+        b += 1;
+        let ids: Vec<String> = if hot {
+            vec![
+                "h0".into(),
+                "h1".into(),
+                "h2".into(),
+                "h3".into(),
+                format!("c{b}x"),
+            ]
+        } else {
+            (0..5).map(|i| format!("c{b}-{i}")).collect()
+        };
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let slots = s.batch(&values(&ids));
+        s.write(slots).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let before = s.ctl.report().pacing_rate.unwrap();
+    let fresh = s.batch(&values(&["n0", "n1", "n2"]));
+    s.write(fresh).await.unwrap();
+    (before, s.ctl.report().pacing_rate.unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_keys_a_range_refuses_cut_the_table_plainly_only_while_hot_keys_wait_on_their_pace() {
+    let (before, after) = new_keys_refused(true).await;
+    assert!(
+        (after - 0.9 * before).abs() < 1.0,
+        "hot keys held back: 0.9 x the rate, not the ~10 units/s accepted: {before} -> {after}"
+    );
+    let (before, after) = new_keys_refused(false).await;
+    assert!(
+        after < 20.0,
+        "nothing held: the table's signal, down to what it accepted: {before} -> {after}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn hot_items_leave_first_and_one_by_one_as_the_range_lets_them() {
     let mut s = hot_setup(|_, _| BatchOutcome::default());

@@ -7,7 +7,11 @@
 //!   (from ConsumedCapacity). At saturation the accepted rate is this client's
 //!   real share, so after a sudden drop the rate lands near the new share
 //!   within a few events. Further throttles within `cooldown` belong to the
-//!   same event and are ignored.
+//!   same event and are ignored. Except when only key ranges refused keys
+//!   the hot range did not pace yet while it held others back
+//!   (`Feedback::key_range`): the accepted rate is then the hot range's
+//!   pace, so the cut is `decrease` x the rate, and it neither settles the
+//!   rate nor teaches a request size or time slots.
 //! - **Recover like CUBIC.** After a decrease, the rate climbs back toward the rate
 //!   of the last event (`w_max`), concave, reaching it after `probe_s` seconds. It
 //!   stays near it for a while, then probes beyond it, convex. Many independent
@@ -430,7 +434,7 @@ impl Adaptive {
             return;
         }
         self.slot_trial.0 += 1;
-        self.slot_trial.1 += u32::from(fb.throttled);
+        self.slot_trial.1 += u32::from(fb.throttled && !fb.key_range);
         let (n, throttled) = self.slot_trial;
         if n >= SLOT_TRIAL {
             if f64::from(throttled) > SLOT_THROTTLED * f64::from(n) {
