@@ -169,15 +169,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         Some(table_wcu as i64),
     )
     .await;
-    let burst = hot_burst_s().to_string();
-    let proxy = ThrottleProxy::start(&[
-        "--partitions",
-        "4",
-        "--partition-wcu",
-        "50",
-        "--burst-s",
-        &burst,
-    ]);
+    let proxy = ThrottleProxy::partitioned(4, 50, hot_burst_s());
     s.use_endpoint(&proxy.endpoint());
     configure(&s, v, "");
     // Zipf(1.1) over 1,000 keys for 70% of the records, one key for 30%.

@@ -319,19 +319,12 @@ async fn a_budget_holds_the_whole_job_under_its_fraction_of_the_capacity() {
 async fn hot_partition_run(
     hot_keys: bool,
     workers: usize,
-    burst_s: &str,
+    burst_s: f64,
     records: usize,
 ) -> (f64, u64, u64, Value) {
     use ingest::proxy::partitions::Partitions;
     let s = Setup::build(workers as i32, "", Some(1_000)).await;
-    let proxy = ThrottleProxy::start(&[
-        "--partitions",
-        "4",
-        "--partition-wcu",
-        "50",
-        "--burst-s",
-        burst_s,
-    ]);
+    let proxy = ThrottleProxy::partitioned(4, 50, burst_s);
     s.use_endpoint(&proxy.endpoint());
     let parts = Partitions::new(4, 50.0, 1.0, Duration::ZERO);
     let partition = |id: &str| parts.of(&format!(r#"{{"S":"{id}"}}"#));
@@ -392,9 +385,9 @@ async fn hot_partition_run(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hot_keys_a_partition_refuses_are_paced_apart_and_refused_rarely() {
-    let (rate, requests, throttled, table) = hot_partition_run(true, 1, "1", 2_400).await;
+    let (rate, requests, throttled, table) = hot_partition_run(true, 1, 1.0, 2_400).await;
     let (rate_off, requests_off, throttled_off, table_off) =
-        hot_partition_run(false, 1, "1", 2_400).await;
+        hot_partition_run(false, 1, 1.0, 2_400).await;
     let pct = |t: u64, r: u64| 100.0 * t as f64 / r.max(1) as f64;
     eprintln!(
         "hot partition, hot keys paced apart: {rate:.0} records/s, {requests} requests, \

@@ -14,6 +14,24 @@ impl ThrottleProxy {
         ThrottleProxy::start_on(&format!("127.0.0.1:{}", free_port()), args)
     }
 
+    /// Starts the proxy with `partitions` partitions of `partition_wcu`
+    /// WCU/s each, buckets (the table's and the partitions') `burst_s` deep.
+    pub fn partitioned(partitions: u32, partition_wcu: u32, burst_s: f64) -> ThrottleProxy {
+        let (n, wcu, burst) = (
+            partitions.to_string(),
+            partition_wcu.to_string(),
+            burst_s.to_string(),
+        );
+        ThrottleProxy::start(&[
+            "--partitions",
+            &n,
+            "--partition-wcu",
+            &wcu,
+            "--burst-s",
+            &burst,
+        ])
+    }
+
     /// Starts the proxy on a given address.
     pub fn start_on(addr: &str, args: &[&str]) -> ThrottleProxy {
         ThrottleProxy::start_with(addr, DYNAMODB, args)
