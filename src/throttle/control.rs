@@ -153,13 +153,13 @@ impl Control {
         self.hot.is_some()
     }
 
-    /// Lets `units` of a hot key go now, or says how long until they may.
     /// Whether the hot range held a hot unit back lately ([`HotKeys::holds`]).
     pub fn hot_holds(&self) -> bool {
         let now = self.now();
         self.hot.as_ref().is_some_and(|h| h.lock().holds(now))
     }
 
+    /// Lets `units` of a hot key go now, or says how long until they may.
     pub fn hot_admit(&self, units: u32) -> Result<(), Duration> {
         let now = self.now();
         match &self.hot {

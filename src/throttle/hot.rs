@@ -510,6 +510,10 @@ mod tests {
         );
         let wait = h.admit(s(10.0), 1.0).unwrap_err();
         assert!(wait <= s(1.0 / rate), "{wait:?}");
+        // It held units back: for WINDOW after the last one, it holds.
+        assert!(h.holds(s(10.0)) && h.holds(s(11.9)));
+        assert!(!h.holds(s(12.0)));
+        assert!(!HotKeys::default().holds(s(0.0)), "nothing held yet");
     }
 
     #[test]

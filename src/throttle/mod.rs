@@ -50,6 +50,7 @@ pub struct Feedback {
     /// say so), on keys the hot range did not pace yet, while it held other
     /// hot keys' units back: the table must slow for a range of ever-new
     /// keys, but what it accepted was the range's pace, not the table's.
+    /// (Implies `throttled`.)
     pub key_range: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,

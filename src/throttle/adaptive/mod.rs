@@ -384,6 +384,17 @@ impl Adaptive {
         self.last_below = Some(now);
     }
 
+    /// One congestion event's cut: to `factor` x `base`, climbing back to
+    /// `base` from `now`.
+    fn cut(&mut self, now: Duration, base: f64, factor: f64) {
+        self.last_cut = factor;
+        self.w_max = Some(base);
+        self.rate = base * factor;
+        self.last_decrease = Some(now);
+        self.climb_from = Some(now);
+        self.metrics.went_down += 1;
+    }
+
     /// Whether this answer, partial, shows a server that admits at once
     /// less than `SLOTTED_S` of `capacity` (see `Strategy::slotted`): what
     /// it admitted, and no request admitted whole lately, was that large
@@ -561,14 +572,6 @@ impl Strategy for Adaptive {
             };
             self.size.set_part(part, SHALLOW_S * c);
         }
-        let slow = fair.is_some_and(|f| self.rate < self.cfg.slow_below * f);
-        // A key range's refusals say nothing of what the table admits at
-        // once, nor of its rate.
-        let size_signal = self.cfg.shrink_requests
-            && !fb.key_range
-            && self
-                .size
-                .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
         let dt = self
             .last_update
             .map_or(0.0, |t| fb.now.saturating_sub(t).as_secs_f64())
@@ -581,6 +584,25 @@ impl Strategy for Adaptive {
         if self.ceiling.is_some_and(|(_, until)| fb.now >= until) {
             self.ceiling = None; // probe again: limits are raised, too
         }
+        if fb.key_range {
+            // Only key ranges refused, while the hot range held records
+            // back: what was accepted is the range's pace (records go in
+            // order), so a plain cut from the rate; not a level of the
+            // table's free capacity, a settle, a ceiling or a request size.
+            // (From 1,000 WCU/s with three workers, cut to the accepted
+            // rate, two went 213-287 -> 16-22 at once and climbed back as
+            // settled for 40 s.)
+            if since.is_none_or(|s| s >= cooldown) {
+                self.cut(fb.now, self.rate, self.cfg.decrease);
+            }
+            self.clamp();
+            return Duration::ZERO;
+        }
+        let slow = fair.is_some_and(|f| self.rate < self.cfg.slow_below * f);
+        let size_signal = self.cfg.shrink_requests
+            && self
+                .size
+                .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
         if fb.throttled && !size_signal {
             // The accepted rate means something only over a full window.
             let measured = if fb.now.saturating_sub(first_seen) >= window {
@@ -588,38 +610,26 @@ impl Strategy for Adaptive {
             } else {
                 0.0
             };
-            // (Not after a key range's refusal: the accepted rate is then
-            // what the hot range's pace let through, as records go in order;
-            // from 1,000 WCU/s with three workers, two cut 213-287 -> 16-22
-            // at once and climbed back as settled for 40 s.)
-            let base = if measured > 0.0 && !fb.key_range {
+            let base = if measured > 0.0 {
                 self.rate.min(measured)
             } else {
                 self.rate
             };
-            if !fb.key_range && std::mem::take(&mut self.ceiling_next) {
+            if std::mem::take(&mut self.ceiling_next) {
                 let until = fb.now + Duration::from_secs_f64(self.cfg.settle_max_s);
                 self.ceiling = Some((base * self.cfg.target_fraction, until));
             }
             if since.is_none_or(|s| s >= cooldown) {
-                // A key range's refusal is a plain cut: neither a level of
-                // the table's free capacity nor a settle. Otherwise deeper
-                // once settled (this event included), so that the table's
-                // bucket, which the other writer keeps low, fills again
-                // before the next probe.
-                if !fb.key_range {
-                    self.note_event(fb.now, base, fair);
-                }
-                self.last_cut = if !fb.key_range && self.settled(fb.now) {
+                self.note_event(fb.now, base, fair);
+                // Deeper once settled (this event included), so that the
+                // table's bucket, which the other writer keeps low, fills
+                // again before the next probe.
+                let factor = if self.settled(fb.now) {
                     self.cfg.settle_decrease
                 } else {
                     self.cfg.decrease
                 };
-                self.w_max = Some(base);
-                self.rate = base * self.last_cut;
-                self.last_decrease = Some(fb.now);
-                self.climb_from = Some(fb.now);
-                self.metrics.went_down += 1;
+                self.cut(fb.now, base, factor);
             }
         } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
             let before = self.rate;
