@@ -104,6 +104,8 @@ pub struct Job {
     sampler: Option<std::thread::JoinHandle<Value>>,
     stop: StopOnDrop,
     started: Instant,
+    /// When the last worker was seen to exit (s since the start).
+    ended: Option<f64>,
 }
 
 /// What a job's workers reported.
@@ -163,6 +165,7 @@ impl Job {
             sampler: Some(sampler),
             stop: StopOnDrop(stop),
             started,
+            ended: None,
         }
     }
 
@@ -172,23 +175,51 @@ impl Job {
     /// summary; it exits 0, or 3 (`drain_timed_out`) when batches were
     /// still waiting at the drain deadline. Also returns whether they had
     /// to be stopped.
-    pub fn finish_within(mut self, what: &str, limit: Duration) -> (JobResult, bool) {
-        let stopped = loop {
-            if self.workers.iter_mut().all(|w| w.exited()) {
-                break false;
-            }
-            if self.started.elapsed() >= limit {
-                for w in self.workers.iter_mut() {
-                    if !w.exited() {
-                        w.signal("TERM");
-                    }
+    pub fn finish_within(self, what: &str, limit: Duration) -> (JobResult, bool) {
+        let mut all = Job::finish_all_within(vec![self], what, limit);
+        all.pop().expect("one job")
+    }
+
+    /// As [`Job::finish_within`], for jobs running side by side: each
+    /// job's end (its `wall_s`) is when its last worker was seen to exit,
+    /// not when the job before it in `jobs` was done.
+    pub fn finish_all_within(
+        mut jobs: Vec<Job>,
+        what: &str,
+        limit: Duration,
+    ) -> Vec<(JobResult, bool)> {
+        let mut stopped = vec![false; jobs.len()];
+        loop {
+            for (job, stopped) in jobs.iter_mut().zip(stopped.iter_mut()) {
+                if job.ended.is_some() {
+                    continue;
                 }
-                break true;
+                // (A stopped job that has not drained within a minute is
+                // left to `collect`, which waits for it and fails.)
+                let stuck = *stopped && job.started.elapsed() >= limit + Duration::from_secs(60);
+                if stuck || job.workers.iter_mut().all(|w| w.exited()) {
+                    job.ended = Some(job.started.elapsed().as_secs_f64());
+                } else if !*stopped && job.started.elapsed() >= limit {
+                    for w in job.workers.iter_mut() {
+                        if !w.exited() {
+                            w.signal("TERM");
+                        }
+                    }
+                    *stopped = true; // it ends when they have drained
+                }
+            }
+            if jobs.iter().all(|j| j.ended.is_some()) {
+                break;
             }
             std::thread::sleep(Duration::from_millis(200));
-        };
-        let codes: &[i32] = if stopped { &[0, 3] } else { &[0] };
-        (self.collect(what, codes), stopped)
+        }
+        jobs.into_iter()
+            .zip(stopped)
+            .map(|(job, stopped)| {
+                let codes: &[i32] = if stopped { &[0, 3] } else { &[0] };
+                (job.collect(what, codes), stopped)
+            })
+            .collect()
     }
 
     /// Waits for every worker's exit (each must exit 0 with a summary).
@@ -236,7 +267,9 @@ impl Job {
             r.items_written += f("items_written");
             r.summaries.push(summary);
         }
-        r.wall_s = self.started.elapsed().as_secs_f64();
+        r.wall_s = self
+            .ended
+            .unwrap_or_else(|| self.started.elapsed().as_secs_f64());
         self.stop.0.store(true, Ordering::Relaxed);
         r.trace = self
             .sampler
