@@ -26,7 +26,8 @@
 //! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
 //! narrow a run; BENCH_HOT_TABLE_WCU and BENCH_HOT_BURST_S set the hot
-//! range's table capacity and bucket depth; BENCH_LOG_DIR keeps each worker's log lines there.
+//! range's table capacity and bucket depth; BENCH_LOG_DIR keeps each
+//! worker's log lines there.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -133,27 +134,19 @@ fn pacing_reach_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Opt
         .map(|(t, _)| t as f64 - from)
 }
 
-/// A number from the environment variable `name`, else `default`.
-fn env_f64(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// The hot range's table capacity: 1,000 WCU/s (above what its four
 /// partitions of 50 take together), or `BENCH_HOT_TABLE_WCU` (e.g. 150:
 /// a table whose capacity is spread over its partitions, the hot one
 /// borrowing up to its maximum).
 fn hot_table_wcu() -> f64 {
-    env_f64("BENCH_HOT_TABLE_WCU", 1_000.0)
+    env_or("BENCH_HOT_TABLE_WCU", 1_000.0)
 }
 
 /// The hot range's bucket depth, the table's and each partition's: the
 /// proxy's 1 s, or `BENCH_HOT_BURST_S` (a shape the hot range was not
 /// tuned on).
 fn hot_burst_s() -> f64 {
-    env_f64("BENCH_HOT_BURST_S", 1.0)
+    env_or("BENCH_HOT_BURST_S", 1.0)
 }
 
 /// `hot-range`: returns the row.
@@ -829,11 +822,7 @@ async fn main() {
     let env = |k: &str| std::env::var(k).ok();
     let only = env("BENCH_ONLY");
     let scenario = env("BENCH_SCENARIO");
-    let workers: Vec<usize> = env("BENCH_WORKERS")
-        .unwrap_or_else(|| "1,3".into())
-        .split(',')
-        .filter_map(|w| w.trim().parse().ok())
-        .collect();
+    let workers: Vec<usize> = env_list("BENCH_WORKERS", "1,3");
     let wants = |name: &str| scenario.as_ref().is_none_or(|s| name.contains(s.as_str()));
     let variants: Vec<&Variant> = VARIANTS
         .iter()

@@ -18,13 +18,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// One batch run; returns records/s (from the worker's summary) and scrapes.
 async fn run(records: usize, metrics_on: bool, round: usize) -> Value {
     let s = Setup::new(6, "").await;
@@ -96,8 +89,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::main]
 async fn main() {
     require_stack();
-    let records = env("BENCH_RECORDS", 20_000);
-    let rounds = env("BENCH_ROUNDS", 5);
+    let records: usize = env_or("BENCH_RECORDS", 20_000);
+    let rounds: usize = env_or("BENCH_ROUNDS", 5);
     let mut rows = Vec::new();
     for round in 0..rounds {
         // Alternate which goes first, so drift in the machine's load

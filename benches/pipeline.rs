@@ -333,14 +333,6 @@ fn markdown(rows: &[Value]) -> String {
     md
 }
 
-fn list<T: std::str::FromStr>(key: &str, default: &str) -> Vec<T> {
-    std::env::var(key)
-        .unwrap_or_else(|_| default.into())
-        .split(',')
-        .filter_map(|x| x.trim().parse().ok())
-        .collect()
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let mock = std::env::var("BENCH_BROKER").is_ok_and(|b| b == "mock");
@@ -352,10 +344,10 @@ async fn main() {
     require_stack();
     // On the mock a run of 100k records of 1 KB lasts about 2 s, a third of
     // it the group's join and the exit.
-    let n: usize = list("BENCH_RECORDS", if mock { "300000" } else { "100000" })[0];
-    let sizes: Vec<usize> = list("BENCH_SIZES", "200,1024,4096");
-    let latencies: Vec<u32> = list("BENCH_LATENCIES", "0,5");
-    let workers: Vec<usize> = list("BENCH_WORKERS", "1,2");
+    let n: usize = env_list("BENCH_RECORDS", if mock { "300000" } else { "100000" })[0];
+    let sizes: Vec<usize> = env_list("BENCH_SIZES", "200,1024,4096");
+    let latencies: Vec<u32> = env_list("BENCH_LATENCIES", "0,5");
+    let workers: Vec<usize> = env_list("BENCH_WORKERS", "1,2");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
     let report = if mock { "pipeline-mock" } else { "pipeline" };
@@ -400,7 +392,7 @@ async fn main() {
         }
     }
     let memory = if mock { "" } else { "100000,1000000" };
-    for n in list::<usize>("BENCH_MEMORY", memory) {
+    for n in env_list::<usize>("BENCH_MEMORY", memory) {
         for row in memory_rows(n).await {
             let mut brief = row.clone();
             brief["samples"] = Value::Null;

@@ -189,10 +189,7 @@ fn markdown(rows: &[Value], steps: &[Value], records: usize) -> String {
 #[tokio::main]
 async fn main() {
     require_stack();
-    let records: usize = std::env::var("BENCH_RECORDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5_000);
+    let records: usize = env_or("BENCH_RECORDS", 5_000);
     let only: Option<String> = std::env::var("BENCH_ONLY").ok();
     let mut rows = Vec::new();
     let mut n = 0;

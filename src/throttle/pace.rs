@@ -91,8 +91,10 @@ impl Slots {
         let mut next = f64::INFINITY;
         for &(a, b) in &self.parts {
             let (start, end) = (a * p, b * p);
-            let last = if end - guard - need >= start {
-                end - guard - need
+            // The last start from which `need` ends before the guard.
+            let fits = end - guard - need;
+            let last = if fits >= start {
+                fits
             } else {
                 start + (end - start) / 2.0
             };

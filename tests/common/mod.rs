@@ -48,6 +48,25 @@ pub fn brokers() -> &'static str {
 }
 pub const DYNAMODB: &str = "http://127.0.0.1:4566";
 
+/// The environment variable `name` as a `T` (the benches' knobs), else
+/// `default` (unset, or not a `T`).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The environment variable `name` as a comma-separated list of `T`
+/// (`default` when unset); items that are not a `T` are left out.
+pub fn env_list<T: std::str::FromStr>(name: &str, default: &str) -> Vec<T> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect()
+}
+
 /// Fails fast, with the fix, when the stack is not up.
 pub fn require_stack() {
     for (what, addr, how) in [
