@@ -22,7 +22,12 @@
 //! its rate / its parts' width: within its parts a worker is alone at
 //! the table's pace, and the table sees one steady writer. A chunk is
 //! released only if it fits before its part ends (less `SLOT_GUARD`, for
-//! clocks and networks that are not exact).
+//! clocks and networks that are not exact). The limiter fills between the
+//! parts, so a part opens with a burst: right where the table's bucket is
+//! full again (the part before ended its releases early enough to repay
+//! them), but above the rate asked wherever that burst is more than the rate
+//! gives in a period. So a slotted pacer also keeps to an average gate: at
+//! most its rate in the long run (see [`Average`]).
 //!
 //! The pacer is generic over governor's clock: the worker uses tokio's clock
 //! ([`TokioClock`]: real time in production, virtual under a paused test
@@ -108,6 +113,43 @@ impl Slots {
     }
 }
 
+/// The long-run gate of a slotted pacer: a bucket of units filling at the
+/// rate asked, which holds a chunk plus a period of the rate. The limiter
+/// paces a slotted worker at its rate / its parts' width and fills between
+/// its parts, so each part opens with up to a burst: at 18 units/s and
+/// 25-unit chunks a worker released a chunk every period, 25 units/s. The
+/// period's slack lets a chunk that waited for its part (or for the part's
+/// first half) catch up later, so the gate costs no rate where the parts
+/// release less than it.
+#[derive(Debug, Clone, Copy)]
+struct Average {
+    /// Units per second.
+    rate: f64,
+    /// Units the bucket holds.
+    capacity: f64,
+    /// When the bucket is full again (the clock's time).
+    full_at: Nanos,
+}
+
+impl Average {
+    /// Units missing from a full bucket at `now`.
+    fn missing(&self, now: Nanos) -> f64 {
+        Duration::from(self.full_at.duration_since(now)).as_secs_f64() * self.rate
+    }
+
+    /// How long from `now` until `n` units are in the bucket (zero: now).
+    fn wait(&self, now: Nanos, n: u32) -> Duration {
+        let short = self.missing(now) + f64::from(n) - self.capacity;
+        Duration::from_secs_f64((short / self.rate).max(0.0))
+    }
+
+    /// Takes `n` units (after `wait` said zero).
+    fn take(&mut self, now: Nanos, n: u32) {
+        let since = self.full_at.max(now);
+        self.full_at = since + Nanos::from(Duration::from_secs_f64(f64::from(n) / self.rate));
+    }
+}
+
 #[derive(Debug)]
 struct Current<C: Clock> {
     /// The rate asked for (units/s on average).
@@ -119,6 +161,8 @@ struct Current<C: Clock> {
     /// Nothing is released before this: the debt of the limiter this one
     /// replaced (when it would have been full again).
     hold_until: Option<C::Instant>,
+    /// The average gate, when slotted.
+    average: Option<parking_lot::Mutex<Average>>,
 }
 
 /// tokio's timer sleeps in whole milliseconds: a wait shorter than that lasts
@@ -259,8 +303,22 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
                 return Err(wait);
             }
         }
+        // The gate is held across the limiter's check: a chunk is taken
+        // from both or from neither.
+        let mut average = c.average.as_ref().map(|a| a.lock());
+        if let Some(a) = average.as_deref() {
+            let wait = a.wait(now, chunk);
+            if !wait.is_zero() {
+                return Err(wait);
+            }
+        }
         match c.limiter.check_n(n).expect("chunk <= burst") {
-            Ok(()) => Ok(chunk),
+            Ok(()) => {
+                if let Some(a) = average.as_deref_mut() {
+                    a.take(now, chunk);
+                }
+                Ok(chunk)
+            }
             Err(not_until) => Err(not_until.wait_time_from(now).max(Duration::from_nanos(1))),
         }
     }
@@ -310,7 +368,11 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
     fn swap(&self, cur: &mut Option<Current<C>>, rate: Option<f64>) {
         let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
         let base = NonZeroU32::new(self.burst.load(Relaxed)).unwrap_or(self.max_burst);
-        let width = self.slots.read().as_ref().map_or(1.0, Slots::width);
+        let (width, period_s) = self
+            .slots
+            .read()
+            .as_ref()
+            .map_or((1.0, 0.0), |s| (s.width(), s.period.as_secs_f64()));
         match (rate, cur.as_ref()) {
             (None, _) => *cur = None,
             // (The burst compared at the current pace: one that follows the
@@ -350,12 +412,28 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
                     };
                     now + Nanos::from(debt.max(floor))
                 });
+                // The gate keeps the units it misses, now at the new rate;
+                // one that starts (slots begin) holds a chunk, not a period.
+                let average = (width < 1.0).then(|| {
+                    let capacity = f64::from(burst.get()) + rate * period_s;
+                    let missing = match cur.as_ref().and_then(|c| c.average.as_ref()) {
+                        Some(old) => old.lock().missing(now),
+                        None => capacity - f64::from(burst.get()),
+                    };
+                    let full_at = now + Nanos::from(Duration::from_secs_f64(missing / rate));
+                    parking_lot::Mutex::new(Average {
+                        rate,
+                        capacity,
+                        full_at,
+                    })
+                });
                 *cur = Some(Current {
                     rate,
                     pace: r,
                     burst,
                     limiter: Arc::new(limiter),
                     hold_until,
+                    average,
                 });
             }
         }
@@ -542,9 +620,7 @@ mod tests {
     /// (18 units/s in half of each second: 25 units take 0.69 s of its
     /// 0.5 s part) still releases its rate to a waker that is always 1 ms
     /// late, as tokio's timer is. It released nothing when such a chunk had
-    /// to start at the part's very instant. (It releases one chunk a
-    /// period, here 25 units/s: a slotted limiter fills outside its parts,
-    /// so it releases up to its burst a period above its rate.)
+    /// to start at the part's very instant.
     #[test]
     fn a_chunk_longer_than_its_part_reaches_a_late_waker() {
         use governor::clock::FakeRelativeClock;
@@ -560,7 +636,38 @@ mod tests {
             }
         }
         // At least 18 units/s for 20 s; at most a chunk a period more.
-        assert!((360..=525).contains(&released), "{released}");
+        // 18 units/s for 20 s, in 25-unit chunks (the first one free).
+        assert!((350..=385).contains(&released), "{released}");
+    }
+
+    /// Units a pacer slotted in half of each second at `rate` releases in
+    /// `secs` to a caller taking 25-unit chunks that wakes on time.
+    fn slotted_released(rate: f64, secs: u64) -> u32 {
+        use governor::clock::FakeRelativeClock;
+        let clock = FakeRelativeClock::default();
+        let p = Pacer::with_clock(Some(rate), burst(25), clock.clone());
+        p.steer(Some(rate), 25, Some(Slots::new(vec![(0.25, 0.75)])));
+        let (start, mut released) = (clock.now(), 0);
+        while Duration::from(clock.now().duration_since(start)) < Duration::from_secs(secs) {
+            match p.check(25) {
+                Ok(n) => released += n,
+                Err(wait) => clock.advance(wait),
+            }
+        }
+        released
+    }
+
+    #[test]
+    fn a_slotted_pacer_keeps_to_its_rate_where_a_chunk_is_more_than_a_period_of_it() {
+        // The limiter fills between the parts: each part opened with a
+        // whole chunk, 25 units/s (2,500 in 100 s) at a rate of 18.
+        let low = slotted_released(18.0, 100);
+        assert!((1_750..=1_825).contains(&low), "{low}");
+        // Where the parts release less than the rate (at 120 units/s in half
+        // of each second a chunk of 25 takes 0.1 s: four fit a part, 100 a
+        // second), the gate takes nothing from them.
+        let high = slotted_released(120.0, 100);
+        assert!((9_900..=10_025).contains(&high), "{high}");
     }
 
     #[test]
@@ -578,7 +685,7 @@ mod tests {
         assert_eq!(p.rate(), Some(50.0), "the rate asked for is kept");
         let mut released = Vec::new();
         let step = Duration::from_millis(1);
-        for _ in 0..3_000 {
+        for _ in 0..10_000 {
             if p.check(1) == Ok(1) {
                 released.push(Duration::from(clock.now()).as_secs_f64());
             }
@@ -595,8 +702,9 @@ mod tests {
                 .find(|t| phase(**t) < 1.0 / 3.0 || phase(**t) > 2.0 / 3.0)
         );
         // About 50 units a second: its part less the guard, at the 7 ms
-        // steps of a 1 ms clock (45 a part).
-        assert!((130..=151).contains(&released.len()), "{}", released.len());
+        // steps of a 1 ms clock (45 a part), the first part held to what
+        // the average gate holds when slots begin (a unit, plus 50 a second).
+        assert!((430..=500).contains(&released.len()), "{}", released.len());
         // Unslotted again: any time.
         p.steer(Some(50.0), 1, None);
         let into = Duration::from(clock.now()).as_nanos() % 1_000_000_000;
