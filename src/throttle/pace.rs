@@ -413,13 +413,17 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
                     now + Nanos::from(debt.max(floor))
                 });
                 // The gate keeps the units it misses, now at the new rate;
-                // one that starts (slots begin) holds a chunk, not a period.
+                // one that starts (slots begin) is full: holding back its
+                // first period cost three clients of `ingest sim`'s
+                // shallow-bucket (seed 1) 77.1% -> 74.5% utilization at
+                // 0.52% -> 1.22% throttled (the pacer's own limiter holds
+                // the debt of the rate before).
                 let average = (width < 1.0).then(|| {
                     let capacity = f64::from(burst.get()) + rate * period_s;
-                    let missing = match cur.as_ref().and_then(|c| c.average.as_ref()) {
-                        Some(old) => old.lock().missing(now),
-                        None => capacity - f64::from(burst.get()),
-                    };
+                    let missing = cur
+                        .as_ref()
+                        .and_then(|c| c.average.as_ref())
+                        .map_or(0.0, |old| old.lock().missing(now));
                     let full_at = now + Nanos::from(Duration::from_secs_f64(missing / rate));
                     parking_lot::Mutex::new(Average {
                         rate,
@@ -685,7 +689,7 @@ mod tests {
         assert_eq!(p.rate(), Some(50.0), "the rate asked for is kept");
         let mut released = Vec::new();
         let step = Duration::from_millis(1);
-        for _ in 0..10_000 {
+        for _ in 0..3_000 {
             if p.check(1) == Ok(1) {
                 released.push(Duration::from(clock.now()).as_secs_f64());
             }
@@ -702,9 +706,8 @@ mod tests {
                 .find(|t| phase(**t) < 1.0 / 3.0 || phase(**t) > 2.0 / 3.0)
         );
         // About 50 units a second: its part less the guard, at the 7 ms
-        // steps of a 1 ms clock (45 a part), the first part held to what
-        // the average gate holds when slots begin (a unit, plus 50 a second).
-        assert!((430..=500).contains(&released.len()), "{}", released.len());
+        // steps of a 1 ms clock (45 a part).
+        assert!((130..=151).contains(&released.len()), "{}", released.len());
         // Unslotted again: any time.
         p.steer(Some(50.0), 1, None);
         let into = Duration::from(clock.now()).as_nanos() % 1_000_000_000;
