@@ -533,6 +533,8 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     let (from, to) = (2, t.len().saturating_sub(3));
     let steady = (to > from)
         .then(|| t[from..to].iter().map(|x| x[1]).sum::<f64>() / (CAPACITY * (to - from) as f64));
+    let formed_s = formed_at(&job.trace);
+    let formed = formed_s.and_then(|f| formed_utilization(&t, f, CAPACITY));
     json!({
         "scenario": Run::Shallow(workers, depth_s).scenario(),
         "strategy": v.label,
@@ -545,6 +547,8 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
         "duration_s": duration,
         "utilization": accepted / (CAPACITY * duration.max(1.0)),
         "steady_utilization": steady,
+        "formed_s": formed_s,
+        "formed_utilization": formed,
         "requests": requests,
         "requests_x_ideal": requests / (n as f64 / 25.0).ceil(),
         "throttled_rate": throttled / requests.max(1.0),
@@ -553,6 +557,37 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
         "wall_s": job.wall_s,
         "timeline": st["timeline"],
         "worker_trace": job.trace,
+    })
+}
+
+/// When the last of a job's workers was first seen holding partitions (s
+/// since the job started; None: one never was). tansu 0.6.0 holds a
+/// JoinGroup from any member but the group's leader for 3 s, so with
+/// several workers the first writes alone for those seconds (see the
+/// README's shallow tables); a Kafka broker hands every member its
+/// partitions at once.
+fn formed_at(trace: &Value) -> Option<f64> {
+    let workers = trace_rows(trace);
+    let firsts = workers.iter().map(|w| {
+        w.iter()
+            .find(|r| r[col::SHARE].is_some())
+            .and_then(|r| r[col::T])
+    });
+    (!workers.is_empty())
+        .then_some(())
+        .and(firsts.collect::<Option<Vec<f64>>>())
+        .map(|ts| ts.into_iter().fold(0.0, f64::max))
+}
+
+/// The utilization from the group's forming (`formed_s`, from traces
+/// sampled each second: a second earlier is counted too) to the last write,
+/// on the proxy's timeline (seconds since the first write, which follows
+/// the job's start: so never later than the forming).
+fn formed_utilization(t: &[[f64; 5]], formed_s: f64, capacity: f64) -> Option<f64> {
+    let from = (formed_s - 1.0).max(0.0).floor() as usize;
+    let last = t.iter().rposition(|x| x[1] > 0.0)?;
+    (last >= from).then(|| {
+        t[from..=last].iter().map(|x| x[1]).sum::<f64>() / (capacity * (last - from + 1) as f64)
     })
 }
 
@@ -765,21 +800,24 @@ fn markdown(rows: &[Value]) -> String {
     }
     md += "\n## Shallow buckets: 200 WCU/s, a bucket of 0.05 s (10 WCU) or 0.025 s (5 WCU, the costliest item), no burst credit\n\n\
            Utilization: the proxy's accepted WCU over 200 WCU/s x the time from the first write to the last; \
-           steady: with the first 2 s and the last 3 s left out. Workers still running 180 s after the \
+           steady: with the first 2 s and the last 3 s left out; formed: from the second in which the last \
+           worker held its partitions to the last write (tansu holds the other workers' JoinGroup 3 s). \
+           Workers still running 180 s after the \
            start are stopped (SIGTERM), and the row says how many of the 4,000 records they wrote.\n\n\
-           | strategy | bucket | workers | utilization | steady | throttled requests | requests (x ideal) | records written |\n|---|---|---|---|---|---|---|---|\n";
+           | strategy | bucket | workers | utilization | steady | formed | throttled requests | requests (x ideal) | records written |\n|---|---|---|---|---|---|---|---|---|\n";
     for d in SHALLOW_DEPTHS {
         for r in of(rows, Run::Shallow(1, d).scenario()) {
             if failed(r, &mut md) {
                 continue;
             }
             md += &format!(
-                "| {} | {} s | {} | {} | {} | {} | {:.1} | {}{} |\n",
+                "| {} | {} s | {} | {} | {} | {} | {} | {:.1} | {}{} |\n",
                 r["strategy"].as_str().unwrap_or(""),
                 d,
                 r["workers"],
                 pct(&r["utilization"]),
                 pct(&r["steady_utilization"]),
+                pct(&r["formed_utilization"]),
                 pct(&r["throttled_rate"]),
                 r["requests_x_ideal"].as_f64().unwrap_or(0.0),
                 r["written"],
