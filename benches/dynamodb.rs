@@ -456,17 +456,7 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
     let t = timeline(&st);
-    // The proxy's timeline starts at the first write; the workers' trace at
-    // their start: the first second with accepted WCU, on the trace's clock,
-    // is about when the first worker's first write went.
-    let first_write_on_trace = {
-        trace_rows(&job.trace)
-            .iter()
-            .flatten()
-            .filter(|r| r[col::WCU].is_some_and(|w| w > 0.0))
-            .filter_map(|r| r[col::T])
-            .fold(f64::INFINITY, f64::min)
-    };
+    let first_write_on_trace = first_write_on_trace(&job.trace);
     // The last seconds, as the job drains, are not a phase's steady state.
     let end = t.len().saturating_sub(3);
     let phases: Vec<Value> = steps
@@ -534,7 +524,10 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     let steady = (to > from)
         .then(|| t[from..to].iter().map(|x| x[1]).sum::<f64>() / (CAPACITY * (to - from) as f64));
     let formed_s = formed_at(&job.trace);
-    let formed = formed_s.and_then(|f| formed_utilization(&t, f, CAPACITY));
+    let formed = formed_s.and_then(|f| {
+        let on_timeline = f - first_write_on_trace(&job.trace);
+        formed_utilization(&t, on_timeline, duration, CAPACITY)
+    });
     json!({
         "scenario": Run::Shallow(workers, depth_s).scenario(),
         "strategy": v.label,
@@ -560,35 +553,54 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     })
 }
 
+/// The proxy's timeline starts at the first write, the workers' trace at
+/// the job's start: the first second with WCU written, on the trace's clock
+/// (sampled each second, so the write went within the second before it).
+fn first_write_on_trace(trace: &Value) -> f64 {
+    trace_rows(trace)
+        .iter()
+        .flatten()
+        .filter(|r| r[col::WCU].is_some_and(|w| w > 0.0))
+        .filter_map(|r| r[col::T])
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// When the last of a job's workers was first seen holding partitions (s
 /// since the job started; None: one never was). tansu 0.6.0 holds a
 /// JoinGroup from any member but the group's leader for 3 s, so with
 /// several workers the first writes alone for those seconds (see the
 /// README's shallow tables); a Kafka broker hands every member its
-/// partitions at once.
+/// partitions at once. (A share of 0: the worker knows the topic's
+/// partitions but holds none.)
 fn formed_at(trace: &Value) -> Option<f64> {
     let workers = trace_rows(trace);
-    let firsts = workers.iter().map(|w| {
-        w.iter()
-            .find(|r| r[col::SHARE].is_some())
-            .and_then(|r| r[col::T])
-    });
-    (!workers.is_empty())
-        .then_some(())
-        .and(firsts.collect::<Option<Vec<f64>>>())
-        .map(|ts| ts.into_iter().fold(0.0, f64::max))
+    if workers.is_empty() {
+        return None;
+    }
+    let mut at = 0.0_f64;
+    for w in &workers {
+        let first = w.iter().find(|r| r[col::SHARE].is_some_and(|s| s > 0.0))?;
+        at = at.max(first[col::T]?);
+    }
+    Some(at)
 }
 
-/// The utilization from the group's forming (`formed_s`, from traces
-/// sampled each second: a second earlier is counted too) to the last write,
-/// on the proxy's timeline (seconds since the first write, which follows
-/// the job's start: so never later than the forming).
-fn formed_utilization(t: &[[f64; 5]], formed_s: f64, capacity: f64) -> Option<f64> {
+/// The utilization from the group's forming to the last write: `formed_s`
+/// on the proxy's timeline (seconds since the first write; `duration_s`
+/// the last write's). The forming and the first write are each known to
+/// within the second before their trace rows, so the window starts a
+/// second before `formed_s`: it may count up to two seconds of the start
+/// rather than leave out any of the formed group's.
+fn formed_utilization(
+    t: &[[f64; 5]],
+    formed_s: f64,
+    duration_s: f64,
+    capacity: f64,
+) -> Option<f64> {
     let from = (formed_s - 1.0).max(0.0).floor() as usize;
-    let last = t.iter().rposition(|x| x[1] > 0.0)?;
-    (last >= from).then(|| {
-        t[from..=last].iter().map(|x| x[1]).sum::<f64>() / (capacity * (last - from + 1) as f64)
-    })
+    let span = duration_s - from as f64;
+    (from < t.len() && span > 0.0)
+        .then(|| t[from..].iter().map(|x| x[1]).sum::<f64>() / (capacity * span))
 }
 
 /// How long a shallow row may run before its workers are stopped.

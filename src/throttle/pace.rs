@@ -45,7 +45,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
@@ -162,7 +162,7 @@ struct Current<C: Clock> {
     /// replaced (when it would have been full again).
     hold_until: Option<C::Instant>,
     /// The average gate, when slotted.
-    average: Option<parking_lot::Mutex<Average>>,
+    average: Option<Mutex<Average>>,
 }
 
 /// tokio's timer sleeps in whole milliseconds: a wait shorter than that lasts
@@ -425,7 +425,7 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
                         .and_then(|c| c.average.as_ref())
                         .map_or(0.0, |old| old.lock().missing(now));
                     let full_at = now + Nanos::from(Duration::from_secs_f64(missing / rate));
-                    parking_lot::Mutex::new(Average {
+                    Mutex::new(Average {
                         rate,
                         capacity,
                         full_at,
@@ -639,9 +639,10 @@ mod tests {
                 Err(wait) => clock.advance(wait + Duration::from_millis(1)),
             }
         }
-        // At least 18 units/s for 20 s; at most a chunk a period more.
-        // 18 units/s for 20 s, in 25-unit chunks (the first one free).
-        assert!((350..=385).contains(&released), "{released}");
+        // At least 18 units/s for 20 s, and no more than that plus what
+        // the average gate holds when slots begin (a chunk and a period:
+        // 43), in 25-unit chunks. Without the gate: 500.
+        assert!((360..=400).contains(&released), "{released}");
     }
 
     /// Units a pacer slotted in half of each second at `rate` releases in
