@@ -27,7 +27,7 @@
 //! full again (the part before ended its releases early enough to repay
 //! them), but above the rate asked wherever that burst is more than the rate
 //! gives in a period. So a slotted pacer also keeps to an average gate: at
-//! most its rate in the long run (see [`Average`]).
+//! most its rate in the long run (`average.rs`).
 //!
 //! The pacer is generic over governor's clock: the worker uses tokio's clock
 //! ([`TokioClock`]: real time in production, virtual under a paused test
@@ -40,6 +40,9 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod average;
+
+use average::Average;
 use governor::clock::{Clock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -110,43 +113,6 @@ impl Slots {
             next = next.min(ahead - phase);
         }
         Duration::from_secs_f64(next.max(1e-9))
-    }
-}
-
-/// The long-run gate of a slotted pacer: a bucket of units filling at the
-/// rate asked, which holds a chunk plus a period of the rate. The limiter
-/// paces a slotted worker at its rate / its parts' width and fills between
-/// its parts, so each part opens with up to a burst: at 18 units/s and
-/// 25-unit chunks a worker released a chunk every period, 25 units/s. The
-/// period's slack lets a chunk that waited for its part (or for the part's
-/// first half) catch up later, so the gate costs no rate where the parts
-/// release less than it.
-#[derive(Debug, Clone, Copy)]
-struct Average {
-    /// Units per second.
-    rate: f64,
-    /// Units the bucket holds.
-    capacity: f64,
-    /// When the bucket is full again (the clock's time).
-    full_at: Nanos,
-}
-
-impl Average {
-    /// Units missing from a full bucket at `now`.
-    fn missing(&self, now: Nanos) -> f64 {
-        Duration::from(self.full_at.duration_since(now)).as_secs_f64() * self.rate
-    }
-
-    /// How long from `now` until `n` units are in the bucket (zero: now).
-    fn wait(&self, now: Nanos, n: u32) -> Duration {
-        let short = self.missing(now) + f64::from(n) - self.capacity;
-        Duration::from_secs_f64((short / self.rate).max(0.0))
-    }
-
-    /// Takes `n` units (after `wait` said zero).
-    fn take(&mut self, now: Nanos, n: u32) {
-        let since = self.full_at.max(now);
-        self.full_at = since + Nanos::from(Duration::from_secs_f64(f64::from(n) / self.rate));
     }
 }
 
@@ -412,24 +378,17 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
                     };
                     now + Nanos::from(debt.max(floor))
                 });
-                // The gate keeps the units it misses, now at the new rate;
-                // one that starts (slots begin) is full: holding back its
-                // first period cost three clients of `ingest sim`'s
-                // shallow-bucket (seed 1) 77.1% -> 74.5% utilization at
-                // 0.52% -> 1.22% throttled (the pacer's own limiter holds
-                // the debt of the rate before).
+                // Slotted: the average gate, a chunk plus a period of the
+                // rate, keeping what the old one missed.
                 let average = (width < 1.0).then(|| {
                     let capacity = f64::from(burst.get()) + rate * period_s;
-                    let missing = cur
-                        .as_ref()
-                        .and_then(|c| c.average.as_ref())
-                        .map_or(0.0, |old| old.lock().missing(now));
-                    let full_at = now + Nanos::from(Duration::from_secs_f64(missing / rate));
-                    Mutex::new(Average {
+                    let old = cur.as_ref().and_then(|c| c.average.as_ref());
+                    Mutex::new(Average::replacing(
+                        old.map(|a| *a.lock()),
                         rate,
                         capacity,
-                        full_at,
-                    })
+                        now,
+                    ))
                 });
                 *cur = Some(Current {
                     rate,
