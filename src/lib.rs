@@ -41,6 +41,7 @@
 //!   records, show a table).
 
 pub mod acks;
+pub mod bucket;
 pub mod config;
 pub mod congestion;
 pub mod decode;

@@ -25,7 +25,6 @@
 //!   the capacity offered between the first write and the last accepted one.
 
 mod admin;
-pub mod bucket;
 pub mod on_demand;
 pub mod partitions;
 pub mod stand_in;
@@ -50,8 +49,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::bucket::Bucket;
 use crate::sink::dynamodb::Dynamo;
-use bucket::Bucket;
 use on_demand::OnDemand;
 use partitions::Partitions;
 pub use table::TableStats;

@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::bucket::Bucket;
+use crate::bucket::Bucket;
 
 /// A new on-demand table's write request units per second (AWS).
 pub const NEW_TABLE_WRU: f64 = 4_000.0;

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use super::bucket::Bucket;
+use crate::bucket::Bucket;
 
 /// DynamoDB's write limit per partition, WCU/s.
 pub const PARTITION_MAX_WCU: f64 = 1_000.0;

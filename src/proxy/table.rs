@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::bucket::Bucket;
 use super::on_demand::{OnDemand, Refusal};
 use super::partitions::Partitions;
 use super::wire::{partition_key, Admit};
+use crate::bucket::Bucket;
 
 /// Per-table counters, as served on `/_proxy/stats`.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::proxy::bucket::Bucket;
+use crate::bucket::Bucket;
 use crate::proxy::on_demand::OnDemand;
 
 use super::scenario::{Model, Server as ServerCfg, Step};

@@ -26,8 +26,17 @@
 //! parts, so a part opens with a burst: right where the table's bucket is
 //! full again (the part before ended its releases early enough to repay
 //! them), but above the rate asked wherever that burst is more than the rate
-//! gives in a period. So a slotted pacer also keeps to an average gate: at
-//! most its rate in the long run (`average.rs`).
+//! gives in a period (at 18 units/s and 25-unit chunks a worker released a
+//! chunk every period, 25 units/s). So a slotted pacer also keeps to an
+//! average gate: a [`Bucket`] filling at the rate asked that holds a chunk
+//! plus a period of the rate. The period's slack lets a chunk that waited
+//! for its part catch up later, so the gate takes nothing where the parts
+//! release less than the rate. It starts full when slots begin (holding
+//! back their first period cost three clients of `ingest sim`'s
+//! shallow-bucket, seed 1, 77.1% -> 74.5% utilization at 0.52% -> 1.22%
+//! throttled), and keeps its fill level across rate changes. Not a second
+//! governor limiter: a chunk must be taken from both or from neither, and
+//! governor cannot say whether it would admit one without taking it.
 //!
 //! The pacer is generic over governor's clock: the worker uses tokio's clock
 //! ([`TokioClock`]: real time in production, virtual under a paused test
@@ -40,15 +49,14 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-mod average;
-
-use average::Average;
 use governor::clock::{Clock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use parking_lot::{Mutex, RwLock};
+
+use crate::bucket::Bucket;
 
 type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
@@ -127,8 +135,8 @@ struct Current<C: Clock> {
     /// Nothing is released before this: the debt of the limiter this one
     /// replaced (when it would have been full again).
     hold_until: Option<C::Instant>,
-    /// The average gate, when slotted.
-    average: Option<Mutex<Average>>,
+    /// The average gate, when slotted (on the clock's time as a Duration).
+    average: Option<Mutex<Bucket>>,
 }
 
 /// tokio's timer sleeps in whole milliseconds: a wait shorter than that lasts
@@ -272,8 +280,8 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
         // The gate is held across the limiter's check: a chunk is taken
         // from both or from neither.
         let mut average = c.average.as_ref().map(|a| a.lock());
-        if let Some(a) = average.as_deref() {
-            let wait = a.wait(now, chunk);
+        if let Some(a) = average.as_deref_mut() {
+            let wait = a.wait_for(f64::from(chunk), Duration::from(now));
             if !wait.is_zero() {
                 return Err(wait);
             }
@@ -281,7 +289,8 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
         match c.limiter.check_n(n).expect("chunk <= burst") {
             Ok(()) => {
                 if let Some(a) = average.as_deref_mut() {
-                    a.take(now, chunk);
+                    let taken = a.try_take(f64::from(chunk), Duration::from(now));
+                    debug_assert!(taken, "the gate said the chunk was there");
                 }
                 Ok(chunk)
             }
@@ -379,16 +388,15 @@ impl<C: Clock<Instant = Nanos> + Clone> Pacer<C> {
                     now + Nanos::from(debt.max(floor))
                 });
                 // Slotted: the average gate, a chunk plus a period of the
-                // rate, keeping what the old one missed.
+                // rate deep, keeping the old one's fill level.
                 let average = (width < 1.0).then(|| {
-                    let capacity = f64::from(burst.get()) + rate * period_s;
+                    let depth_s = f64::from(burst.get()) / rate + period_s;
+                    let at = Duration::from(now);
                     let old = cur.as_ref().and_then(|c| c.average.as_ref());
-                    Mutex::new(Average::replacing(
-                        old.map(|a| *a.lock()),
-                        rate,
-                        capacity,
-                        now,
-                    ))
+                    let mut gate = old
+                        .map_or_else(|| Bucket::new(rate, depth_s, 0.0, at), |g| g.lock().clone());
+                    gate.reshape(rate, depth_s, at);
+                    Mutex::new(gate)
                 });
                 *cur = Some(Current {
                     rate,

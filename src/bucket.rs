@@ -1,5 +1,7 @@
-//! A table's provisioned write capacity as a token bucket, with DynamoDB-style
-//! burst credit. Pure: time is passed in.
+//! A token bucket, with DynamoDB-style burst credit. Pure: time is passed
+//! in. The throttle proxy and the simulator model a table's provisioned
+//! write capacity with it; a slotted pacer keeps to its rate in the long run
+//! with one (`throttle::pace`).
 //!
 //! Tokens refill at `rate` WCU/s up to `burst_s` seconds' worth. Refill that
 //! overflows a full bucket is banked as burst credit, up to `credit_s` seconds
@@ -64,10 +66,28 @@ impl Bucket {
 
     /// Changes the rate (auto scaling); the bucket keeps its fill level.
     pub fn set_rate(&mut self, rate: f64, now: Duration) {
+        self.reshape(rate, self.burst_s, now);
+    }
+
+    /// Changes the rate and the depth (seconds of the rate the bucket
+    /// holds); the bucket keeps its fill level, capped at the new depth.
+    pub fn reshape(&mut self, rate: f64, burst_s: f64, now: Duration) {
         self.refill(now);
         self.rate = rate;
-        self.tokens = self.tokens.min(rate * self.burst_s);
+        self.burst_s = burst_s;
+        self.tokens = self.tokens.min(rate * burst_s);
         self.credit = self.credit.min(rate * self.credit_s);
+    }
+
+    /// How long from `now` until `cost` is available (zero: now; at least a
+    /// nanosecond otherwise, so that a caller woken then finds it). Refill
+    /// only: a cost above the bucket's depth plus its credit never comes.
+    pub fn wait_for(&mut self, cost: f64, now: Duration) -> Duration {
+        let short = cost - self.available(now);
+        if short <= 1e-9 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(short / self.rate).max(Duration::from_nanos(1))
     }
 
     /// Tokens available now (bucket plus credit).
@@ -119,6 +139,35 @@ mod tests {
             (b.available(s(0.0)) - 10.0).abs() < 1e-9,
             "refunds never overfill"
         );
+    }
+
+    #[test]
+    fn it_says_how_long_a_cost_takes_to_refill() {
+        let mut b = Bucket::new(18.0, 43.0 / 18.0, 0.0, s(10.0));
+        assert_eq!(b.wait_for(25.0, s(10.0)), Duration::ZERO, "starts full");
+        assert!(b.try_take(25.0, s(10.0)));
+        // 18 left: 7 more to wait for, at 18/s.
+        let w = b.wait_for(25.0, s(10.0)).as_secs_f64();
+        assert!((w - 7.0 / 18.0).abs() < 1e-6, "{w}");
+        assert!(b.try_take(25.0, s(10.0 + w)));
+        // Empty: a cost of 25 takes 25/18 s; waited for, it is there.
+        let w = b.wait_for(25.0, s(10.0 + 7.0 / 18.0));
+        assert!((w.as_secs_f64() - 25.0 / 18.0).abs() < 1e-6, "{w:?}");
+        assert!(b.try_take(25.0, s(10.0 + 7.0 / 18.0) + w));
+    }
+
+    #[test]
+    fn a_reshape_keeps_the_fill_level_within_the_new_depth() {
+        let mut b = Bucket::new(20.0, 45.0 / 20.0, 0.0, s(0.0));
+        assert!(b.try_take(40.0, s(0.0)));
+        // 5 left; at 10/s and 3.5 s deep (35), the 30 missing take 3 s.
+        b.reshape(10.0, 3.5, s(0.0));
+        assert!((b.available(s(0.0)) - 5.0).abs() < 1e-6);
+        assert!((b.available(s(2.0)) - 25.0).abs() < 1e-6);
+        assert!((b.available(s(9.0)) - 35.0).abs() < 1e-6);
+        // Shallower than its level: capped.
+        b.reshape(10.0, 1.0, s(9.0));
+        assert!((b.available(s(9.0)) - 10.0).abs() < 1e-6);
     }
 
     #[test]
