@@ -26,7 +26,8 @@
 //! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
 //! narrow a run; BENCH_HOT_TABLE_WCU and BENCH_HOT_BURST_S set the hot
-//! range's table capacity and bucket depth; BENCH_LOG_DIR keeps each
+//! range's table capacity and bucket depth; BENCH_SCALE multiplies the
+//! live-writer and two-jobs runs' records; BENCH_LOG_DIR keeps each
 //! worker's log lines there.
 
 #[path = "../tests/common/mod.rs"]
@@ -379,7 +380,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     // Both watched at once: each job's end is its own (job b's was read
     // after job a's, so the overlap ran to the later end and the share
     // "while both ran" counted the time job a ran alone).
-    let mut both = Job::finish_all_within(vec![ja, jb], v.label, TWO_JOBS_LIMIT).into_iter();
+    let limit = TWO_JOBS_LIMIT * scale() as u32;
+    let mut both = Job::finish_all_within(vec![ja, jb], v.label, limit).into_iter();
     let (ra, stopped_a) = both.next().unwrap();
     let (rb, stopped_b) = both.next().unwrap();
     let stopped = stopped_a || stopped_b;
@@ -415,7 +417,7 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         "workers": 6,
         "records": 2 * n,
         "written": written,
-        "stopped_after_s": stopped.then_some(TWO_JOBS_LIMIT.as_secs()),
+        "stopped_after_s": stopped.then_some(limit.as_secs()),
         "requests": requests,
         "throttled_rate": throttled / requests.max(1.0),
         "steady_throttled": steady.0,
@@ -606,8 +608,17 @@ fn formed_utilization(
 /// How long a shallow row may run before its workers are stopped.
 const SHALLOW_LIMIT: Duration = Duration::from_secs(180);
 
-/// A two-jobs row still running this long after its start is stopped.
+/// A two-jobs row still running this long (x `scale()`) after its start is
+/// stopped.
 const TWO_JOBS_LIMIT: Duration = Duration::from_secs(240);
+
+/// BENCH_SCALE: the live-writer and two-jobs runs carry this many times
+/// their records (default 1: about a minute each), so that what the start
+/// costs (every worker must meet a throttle to learn of writers it cannot
+/// see) weighs less against the steady state.
+fn scale() -> usize {
+    env_or("BENCH_SCALE", 1_usize).max(1)
+}
 
 /// The shallow buckets' depths, seconds of capacity.
 const SHALLOW_DEPTHS: [f64; 2] = [0.05, 0.025];
@@ -631,8 +642,8 @@ impl Run {
     async fn go(self, v: &'static Variant, n: usize) -> Value {
         match self {
             Run::HotRange(w) => hot_range(v, w, 4_000, n).await,
-            Run::Live(budget) => live(v, budget, 4_000, n).await,
-            Run::TwoJobs => two_jobs(v, 4_000, n).await,
+            Run::Live(budget) => live(v, budget, 4_000 * scale(), n).await,
+            Run::TwoJobs => two_jobs(v, 4_000 * scale(), n).await,
             Run::Stepped(w, true) => stepped(v, w, true, 6_000, n).await,
             Run::Stepped(w, false) => stepped(v, w, false, 8_000, n).await,
             Run::Shallow(w, depth) => shallow(v, w, depth, 4_000, n).await,
