@@ -23,7 +23,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::offsets::TopicPartition;
 
@@ -103,6 +103,15 @@ pub fn read<X: ConsumerContext, C: Consumer<X>>(
     Ok(v)
 }
 
+/// Whether the `failures`-th reading that failed in a row is warned about:
+/// the third (a broker call may fail now and then: a coordinator moving, a
+/// rebalance), then every twelfth (a minute at the usual cadence). A batch
+/// worker waits on these readings to see its group done; a reader that
+/// keeps failing must show at the default log level.
+fn warn_after(failures: u32) -> bool {
+    failures == 3 || (failures > 3 && failures % 12 == 3)
+}
+
 #[derive(Default)]
 struct Shared {
     latest: Mutex<Option<GroupView>>,
@@ -133,6 +142,7 @@ impl BacklogReader {
             .name("ingest-backlog".into())
             .spawn(move || {
                 let mut last: Option<Instant> = None;
+                let mut failures = 0_u32;
                 while !s.stop.load(SeqCst) {
                     let every = if s.hurry.load(SeqCst) {
                         cadence.hurried
@@ -149,8 +159,19 @@ impl BacklogReader {
                     }
                     last = Some(Instant::now());
                     match read(&consumer, &parts, starts_at_end, cadence.call_timeout) {
-                        Ok(v) => *s.latest.lock() = Some(v),
-                        Err(e) => debug!(error = %e, "cannot read the group's backlog"),
+                        Ok(v) => {
+                            *s.latest.lock() = Some(v);
+                            failures = 0;
+                        }
+                        Err(e) => {
+                            failures += 1;
+                            if warn_after(failures) {
+                                warn!(error = %e, failures,
+                                    "cannot read the group's backlog, again and again: shares, and batch mode's view of the group's progress, are as of the last reading");
+                            } else {
+                                debug!(error = %e, "cannot read the group's backlog");
+                            }
+                        }
                     }
                 }
             })
@@ -180,6 +201,12 @@ impl Drop for BacklogReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_that_keeps_failing_is_warned_about_now_and_then() {
+        let warned: Vec<u32> = (1..=40).filter(|n| warn_after(*n)).collect();
+        assert_eq!(warned, [3, 15, 27, 39]);
+    }
 
     #[test]
     fn the_group_starts_where_it_committed_or_where_the_reset_policy_says() {
