@@ -103,13 +103,19 @@ pub fn read<X: ConsumerContext, C: Consumer<X>>(
     Ok(v)
 }
 
-/// Whether the `failures`-th reading that failed in a row is warned about:
-/// the third (a broker call may fail now and then: a coordinator moving, a
-/// rebalance), then every twelfth (a minute at the usual cadence). A batch
+/// Readings that have failed for this long in a row are warned about
+/// (a broker call may fail now and then: a coordinator moving, a
+/// rebalance), and again every `WARN_EVERY` while they go on. A batch
 /// worker waits on these readings to see its group done; a reader that
 /// keeps failing must show at the default log level.
-fn warn_after(failures: u32) -> bool {
-    failures == 3 || (failures > 3 && failures % 12 == 3)
+const WARN_AFTER: Duration = Duration::from_secs(15);
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether a reading that failed, `failing_for` into a run of failures,
+/// is warned about, the last warning of the run `since_warned` ago (None:
+/// none yet). Pure.
+fn warn_now(failing_for: Duration, since_warned: Option<Duration>) -> bool {
+    failing_for >= WARN_AFTER && since_warned.is_none_or(|d| d >= WARN_EVERY)
 }
 
 #[derive(Default)]
@@ -142,7 +148,9 @@ impl BacklogReader {
             .name("ingest-backlog".into())
             .spawn(move || {
                 let mut last: Option<Instant> = None;
-                let mut failures = 0_u32;
+                // Since when readings have failed in a row, and the last
+                // warning of that run.
+                let (mut failing, mut warned): (Option<Instant>, Option<Instant>) = (None, None);
                 while !s.stop.load(SeqCst) {
                     let every = if s.hurry.load(SeqCst) {
                         cadence.hurried
@@ -161,12 +169,16 @@ impl BacklogReader {
                     match read(&consumer, &parts, starts_at_end, cadence.call_timeout) {
                         Ok(v) => {
                             *s.latest.lock() = Some(v);
-                            failures = 0;
+                            if let (Some(since), Some(_)) = (failing.take(), warned.take()) {
+                                warn!(failed_for_s = since.elapsed().as_secs(),
+                                    "the group's backlog is readable again");
+                            }
                         }
                         Err(e) => {
-                            failures += 1;
-                            if warn_after(failures) {
-                                warn!(error = %e, failures,
+                            let since = *failing.get_or_insert_with(Instant::now);
+                            if warn_now(since.elapsed(), warned.map(|w| w.elapsed())) {
+                                warned = Some(Instant::now());
+                                warn!(error = %e, failing_for_s = since.elapsed().as_secs(),
                                     "cannot read the group's backlog, again and again: shares, and batch mode's view of the group's progress, are as of the last reading");
                             } else {
                                 debug!(error = %e, "cannot read the group's backlog");
@@ -204,8 +216,11 @@ mod tests {
 
     #[test]
     fn a_reader_that_keeps_failing_is_warned_about_now_and_then() {
-        let warned: Vec<u32> = (1..=40).filter(|n| warn_after(*n)).collect();
-        assert_eq!(warned, [3, 15, 27, 39]);
+        let s = Duration::from_secs;
+        assert!(!warn_now(s(14), None), "a few failures pass quietly");
+        assert!(warn_now(s(15), None));
+        assert!(!warn_now(s(40), Some(s(25))), "not again within a minute");
+        assert!(warn_now(s(75), Some(s(60))));
     }
 
     #[test]

@@ -223,11 +223,18 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 /// pipeline's channel first so the pipeline ends whatever the close does;
 /// returns whether it closed within `within`.
 fn close_within(poller: Poller, within: Duration) -> bool {
-    let Poller { consumer, tx, .. } = poller;
-    drop(tx);
+    let Poller {
+        consumer,
+        tx,
+        backlog,
+        ..
+    } = poller;
+    drop((tx, backlog));
+    // Set here, so that a close on this thread (no thread to be had) is
+    // still the close's: the revocation then waits for nothing more.
+    consumer.context().closing.store(true, SeqCst);
     finish_within(
         move || {
-            consumer.context().closing.store(true, SeqCst);
             consumer.unsubscribe();
             drop(consumer);
         },
@@ -249,7 +256,7 @@ fn finish_within(f: impl FnOnce() + Send + 'static, within: Duration) -> bool {
         Ok(_) => finished.recv_timeout(within).is_ok(),
         Err(e) => {
             // (The closure, consumer and all, was dropped here: closed on
-            // this thread, with no bound.)
+            // this thread, without the unsubscribe, with no bound.)
             warn!(error = %e, "cannot start a thread to close the Kafka consumer within a bound; closed it here");
             false
         }
