@@ -23,7 +23,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::offsets::TopicPartition;
 
@@ -170,7 +170,7 @@ impl BacklogReader {
                         Ok(v) => {
                             *s.latest.lock() = Some(v);
                             if let (Some(since), Some(_)) = (failing.take(), warned.take()) {
-                                warn!(failed_for_s = since.elapsed().as_secs(),
+                                info!(failed_for_s = since.elapsed().as_secs(),
                                     "the group's backlog is readable again");
                             }
                         }

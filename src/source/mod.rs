@@ -196,71 +196,9 @@ pub fn run(
             Err(e)
         }
     };
-    if !close_within(poller, CLOSE_WITHIN) {
-        warn!(
-            waited_s = CLOSE_WITHIN.as_secs(),
-            "the Kafka consumer did not leave the group in time; going on without it (what was written is committed)"
-        );
-    }
+    poller.consumer.context().closing.store(true, SeqCst);
+    poller.consumer.unsubscribe();
     result
-}
-
-/// How long the consumer may take to leave the group once the source has
-/// ended (caught up, or drained after a stop) before the source returns
-/// without it. rdkafka's `BaseConsumer::drop` polls until librdkafka says
-/// the consumer is closed, with no limit of its own, and librdkafka's close
-/// waits for the group's last requests (LeaveGroup, which it bounds at 5 s,
-/// measured against the mock cluster with a LeaveGroup answer held 300 s;
-/// commits under way, which it bounds only by `socket.timeout.ms`, 60 s by
-/// default, each; the revocation's callback). A coordinator that answers
-/// late or never must not keep a finished batch job alive. Past it the
-/// consumer goes on closing on a thread of its own until the process
-/// exits: what was written is committed, and the coordinator drops a member
-/// that never left after its session timeout.
-const CLOSE_WITHIN: Duration = Duration::from_secs(10);
-
-/// Closes the poller's consumer (unsubscribes, leaves the group), the
-/// pipeline's channel first so the pipeline ends whatever the close does;
-/// returns whether it closed within `within`.
-fn close_within(poller: Poller, within: Duration) -> bool {
-    let Poller {
-        consumer,
-        tx,
-        backlog,
-        ..
-    } = poller;
-    drop((tx, backlog));
-    // Set here, so that a close on this thread (no thread to be had) is
-    // still the close's: the revocation then waits for nothing more.
-    consumer.context().closing.store(true, SeqCst);
-    finish_within(
-        move || {
-            consumer.unsubscribe();
-            drop(consumer);
-        },
-        within,
-    )
-}
-
-/// Runs `f` on a thread of its own; returns whether it finished within
-/// `within` (if not, it goes on without being waited for).
-fn finish_within(f: impl FnOnce() + Send + 'static, within: Duration) -> bool {
-    let (done, finished) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("kafka-close".into())
-        .spawn(move || {
-            f();
-            let _ = done.send(());
-        });
-    match spawned {
-        Ok(_) => finished.recv_timeout(within).is_ok(),
-        Err(e) => {
-            // (The closure, consumer and all, was dropped here: closed on
-            // this thread, without the unsubscribe, with no bound.)
-            warn!(error = %e, "cannot start a thread to close the Kafka consumer within a bound; closed it here");
-            false
-        }
-    }
 }
 
 /// librdkafka's `fetch.queue.backoff.ms` unless the config sets it.
@@ -447,21 +385,5 @@ mod tests {
         set.insert("fetch.queue.backoff.ms".to_string(), "500".to_string());
         let got = prefetch_defaults(&set, 1 << 20);
         assert_eq!(got, [("queued.max.messages.kbytes", "1024".to_string())]);
-    }
-
-    #[test]
-    fn a_close_that_never_ends_is_not_waited_for_past_its_bound() {
-        // A close that blocks until told (never, within the bound).
-        let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let started = Instant::now();
-        assert!(!finish_within(
-            move || {
-                let _ = blocked.recv();
-            },
-            Duration::from_millis(200)
-        ));
-        assert!(started.elapsed() >= Duration::from_millis(200));
-        drop(release); // the thread ends
-        assert!(finish_within(|| (), Duration::from_secs(30)));
     }
 }

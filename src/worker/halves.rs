@@ -21,10 +21,7 @@ use crate::telemetry::Counters;
 const FINISH_GRACE: Duration = Duration::from_secs(1);
 
 /// How long the Kafka consumer may take to close (leave the group) after the
-/// drain and the pipeline's finish, before the worker exits without it. (The
-/// source bounds the close itself too, at 10 s from its end, `CLOSE_WITHIN`
-/// in `src/source/mod.rs`: after a stop, whichever comes first; a finished
-/// batch job, which no stop bounds, has only that one.)
+/// drain and the pipeline's finish, before the worker exits without it.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Cancels `stop` when `shutdown` fires.
