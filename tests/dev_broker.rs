@@ -128,6 +128,64 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
     serving.await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_never_given_partitions_leaves_saying_work_is_left() {
+    // One revoked and never assigned again (a coordinator that does not
+    // complete its rebalance for it), or never assigned at all, used to
+    // rejoin every 90 s for ever in batch mode while the group was not
+    // seen done. Now, after a rejoin and a drain deadline more, it leaves
+    // with exit 3: the group's partitions are behind and nobody moves them.
+    require_stack();
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    let broker = DevBroker::start().unwrap();
+    broker.create_topic("orders", 2).unwrap();
+    broker.create_topic("dead", 1).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let stop = CancellationToken::new();
+    let broker = std::sync::Arc::new(broker);
+    let serving = {
+        let (addr, stop, broker) = (addr.parse().unwrap(), stop.clone(), broker.clone());
+        tokio::spawn(async move { serve(&broker, addr, stop).await.unwrap() })
+    };
+    wait_for_port(&addr).await;
+    let table = unique("idle");
+    create_table(&dynamo().await, &table, false).await;
+    let values = (0..50).map(|i| (None, ingest::tools::sample_record(i)));
+    ingest::tools::produce(&addr, "orders", values)
+        .await
+        .unwrap();
+
+    broker.fail_requests(
+        11,
+        rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        100_000,
+    );
+    let mut s = settings(&addr, &unique("grp"), "orders", &table);
+    s.pipeline.drain_timeout = Duration::from_secs(1);
+    let halt = CancellationToken::new();
+    let started = std::time::Instant::now();
+    let run = ingest::worker::run(s, true, halt.clone());
+    tokio::pin!(run);
+    let outcome = tokio::select! {
+        outcome = &mut run => outcome.unwrap(),
+        _ = tokio::time::sleep(Duration::from_secs(150)) => {
+            halt.cancel();
+            let exit = run.await.map(|o| o.exit);
+            panic!("a worker never given partitions did not leave: {exit:?}");
+        }
+    };
+    assert_eq!(outcome.exit, SourceExit::WorkLeft, "work is left");
+    assert_eq!(outcome.totals.records_consumed, 0);
+    assert!(
+        started.elapsed() >= Duration::from_secs(90),
+        "it tried a rejoin first: left after {:?}",
+        started.elapsed()
+    );
+    stop.cancel();
+    serving.await.unwrap();
+}
+
 async fn wait_for_port(addr: &str) {
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {

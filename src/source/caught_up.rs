@@ -3,7 +3,8 @@
 //! other partitions committed up to their end at the first look (a worker
 //! that is done stays while its peers progress, for at most the drain
 //! deadline, and up to four drain deadlines to take over partitions nobody
-//! moves, then leaves with exit 3).
+//! moves, then leaves with exit 3). A batch worker that holds nothing and
+//! is given no partition for as long (across its rejoins) leaves too.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
@@ -57,13 +58,55 @@ pub(super) fn when_done(
         // Nobody moves them (owners gone, or partitions nobody was given):
         // leaving makes the coordinator rebalance, handing them to the
         // members still there; exit 3 says work is left.
-        Some(SourceExit::DrainTimedOut)
+        Some(SourceExit::WorkLeft)
     } else {
         None
     }
 }
 
+/// What a batch worker that has held no partition and had no assignment
+/// for `idle` (across its rejoins: a rejoin does not restart it) does.
+/// Pure.
+///
+/// Revoked and never assigned again, or never assigned at all (a
+/// coordinator that does not complete its rebalance, seen with tansu), it
+/// would otherwise rejoin every [`REJOIN_AFTER`] for ever while the group's
+/// view it waits on may be stale. It gives the group as long as a done
+/// worker gives partitions nobody moves, and at least one rejoin and a
+/// drain deadline after it: with owners at work it goes (exit 0, as a done
+/// worker does); with nothing moving, exit 3 says work may be left.
+pub(super) fn when_idle(idle: Duration, group_moving: bool, drain: Duration) -> Option<SourceExit> {
+    if idle < (drain * STALLED_GROUP_WAITS).max(REJOIN_AFTER + drain) {
+        None
+    } else if group_moving {
+        Some(SourceExit::CaughtUp)
+    } else {
+        Some(SourceExit::WorkLeft)
+    }
+}
+
 impl Poller {
+    /// Whether this worker, holding nothing with no assignment since
+    /// `since`, leaves now, and how ([`when_idle`]).
+    pub(super) fn leave_when_idle(&mut self, since: Instant) -> Option<SourceExit> {
+        let idle = since.elapsed();
+        let exit = when_idle(idle, self.group_moving(), self.opts.drain_timeout)?;
+        let behind = fmt_behind(&self.group_behind());
+        match exit {
+            SourceExit::CaughtUp => warn!(
+                idle_s = idle.as_secs(),
+                behind = %behind,
+                "no partition assigned for this long, rejoins included; the group's owners are working, leaving"
+            ),
+            _ => warn!(
+                idle_s = idle.as_secs(),
+                behind = %behind,
+                "no partition assigned for this long, rejoins included, and the group's partitions behind have not moved; leaving, with work maybe left to the group (exit 3)"
+            ),
+        }
+        Some(exit)
+    }
+
     /// Whether this worker, done since `since`, leaves now, and how.
     pub(super) fn leave_when_done(&mut self, since: Instant) -> Option<SourceExit> {
         let waited = since.elapsed();
@@ -247,6 +290,32 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_given_nothing_for_long_leaves_saying_whether_work_is_left() {
+        let at = |s| Duration::from_secs(s);
+        // It used to rejoin every 90 s for ever: one revoked and never
+        // assigned again outlived a job it had no part in.
+        assert_eq!(when_idle(at(119), false, DRAIN), None);
+        assert_eq!(when_idle(at(119), true, DRAIN), None);
+        assert_eq!(
+            when_idle(at(120), true, DRAIN),
+            Some(SourceExit::CaughtUp),
+            "the owners are working"
+        );
+        assert_eq!(
+            when_idle(at(120), false, DRAIN),
+            Some(SourceExit::WorkLeft),
+            "nothing moves"
+        );
+        let short = Duration::from_secs(1);
+        assert_eq!(
+            when_idle(at(90), false, short),
+            None,
+            "a short drain deadline still waits for a rejoin"
+        );
+        assert_eq!(when_idle(at(91), false, short), Some(SourceExit::WorkLeft));
+    }
+
+    #[test]
     fn a_done_worker_leaves_when_the_group_is_done_or_moves_without_it() {
         let at = |s| Duration::from_secs(s);
         assert_eq!(
@@ -273,7 +342,7 @@ mod tests {
         assert_eq!(when_done(at(119), false, false, DRAIN), None);
         assert_eq!(
             when_done(at(120), false, false, DRAIN),
-            Some(SourceExit::DrainTimedOut)
+            Some(SourceExit::WorkLeft)
         );
     }
 }

@@ -69,6 +69,12 @@ pub enum SourceExit {
     /// Asked to stop, but the drain deadline passed with records in flight;
     /// what was written is committed, the rest will be redelivered.
     DrainTimedOut,
+    /// `--until-caught-up`: this worker left with the group's job
+    /// unfinished: its own partitions done (or none given it for long,
+    /// rejoins included) while the group's others were behind and nobody
+    /// moved them. Leaving makes the coordinator hand them to the members
+    /// still there; the exit code (3) says work is left.
+    WorkLeft,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +184,7 @@ pub fn run(
         group_targets: HashMap::new(),
         group_positions: HashMap::new(),
         done_at: None,
+        idle_since: None,
         abort,
         stall_warned: None,
         group_moved_at: None,
@@ -190,6 +197,12 @@ pub fn run(
     let exit = poller.run_loop(&stop);
     let result = match exit {
         Ok(SourceExit::CaughtUp) => Ok(SourceExit::CaughtUp),
+        Ok(SourceExit::WorkLeft) => {
+            // Nothing of its own in flight; the drain only commits. Its
+            // `Stopped` must not hide that the group's work is left.
+            poller.drain();
+            Ok(SourceExit::WorkLeft)
+        }
         Ok(_) => Ok(poller.drain()),
         Err(e) => {
             poller.drain();

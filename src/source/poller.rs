@@ -40,6 +40,9 @@ pub(super) struct Poller {
     /// Since when this worker has been caught up and committed (waiting for
     /// the group).
     pub(super) done_at: Option<Instant>,
+    /// Since when this worker has held nothing with no assignment (kept
+    /// across rejoins).
+    pub(super) idle_since: Option<Instant>,
     /// Set when the pipeline died: draining cannot make progress, skip it.
     pub(super) abort: CancellationToken,
     /// When a stalled rebalance was last warned about.
@@ -155,6 +158,15 @@ impl Poller {
                 // completes (seen with tansu) must not keep it forever.
                 info!("caught up: the group has committed every partition up to its end offset, and this worker holds none");
                 return Ok(SourceExit::CaughtUp);
+            }
+            let idle = self.holds_nothing() && self.ctx().unassigned_since.lock().is_some();
+            if !idle {
+                self.idle_since = None;
+            } else if self.opts.until_caught_up {
+                let since = *self.idle_since.get_or_insert_with(Instant::now);
+                if let Some(exit) = self.leave_when_idle(since) {
+                    return Ok(exit);
+                }
             }
             if self.opts.until_caught_up && self.caught_up() {
                 self.commit_now(None);

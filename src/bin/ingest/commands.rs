@@ -163,6 +163,7 @@ pub async fn run(
                 SourceExit::Stopped => "stopped",
                 SourceExit::CaughtUp => "caught_up",
                 SourceExit::DrainTimedOut => "drain_timed_out",
+                SourceExit::WorkLeft => "work_left",
             };
             let totals = outcome.totals;
             let mut summary = serde_json::to_value(totals)?;
@@ -179,7 +180,9 @@ pub async fn run(
             tracing::info!(summary = %summary, "finished");
             println!("{summary}");
             Ok(match outcome.exit {
-                SourceExit::DrainTimedOut => ExitCode::from(EXIT_DRAIN_TIMEOUT),
+                SourceExit::DrainTimedOut | SourceExit::WorkLeft => {
+                    ExitCode::from(EXIT_DRAIN_TIMEOUT)
+                }
                 _ => ExitCode::SUCCESS,
             })
         }
