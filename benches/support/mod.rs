@@ -63,7 +63,7 @@ pub fn default_variant() -> &'static Variant {
 /// the setup's config; logs at warn.
 pub fn configure(s: &Setup, v: &Variant, extra: &str) {
     s.append_config(&format!(
-        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\ncapacity_poll_s = 5\n{extra}",
+        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\n{extra}",
         v.strategy, v.sdk
     ));
     let text = std::fs::read_to_string(&s.config)

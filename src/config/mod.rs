@@ -296,7 +296,7 @@ impl Default for ThrottleSettings {
             strategy: StrategyConfig::default(),
             pacing_rate: None,
             pacing_burst: NonZeroU32::new(25).expect("non-zero"),
-            capacity_poll: Duration::from_secs(5),
+            capacity_poll: Duration::from_secs(2),
             sdk_retry_mode: SdkRetryMode::Off,
             budget_fraction: None,
             budget_wcu: None,
