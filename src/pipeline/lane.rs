@@ -1,8 +1,9 @@
-//! One table's side of the pipeline, as a task of its own: it takes decoded
-//! records from its queue into the open batch, and sends a batch to a write
-//! task when it is full or has lingered, at most `max_in_flight_batches` at
-//! once, and only once no earlier batch in flight holds one of its keys
-//! ([`super::keys`]). Waiting for a write slot holds up this table only: its
+//! One table's side of the pipeline, as a task of its own: it queues decoded
+//! records per Kafka partition, and once a full batch's worth waits (or the
+//! first has lingered) and one of `max_in_flight_batches` write slots is
+//! free, it makes a batch of them, taken per partition in proportion to
+//! what each has waiting ([`super::queues`]), and sends it to a write task
+//! once no earlier batch in flight holds one of its keys ([`super::keys`]). Waiting for a write slot holds up this table only: its
 //! queue grows, the table is marked congested ([`crate::congestion`]) and the
 //! source pauses the partitions that feed it.
 
@@ -14,9 +15,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::keys::KeyLocks;
+use super::queues::Queues;
 use super::{check, Done};
 use crate::congestion::Depth;
-use crate::sink::batch::{Batch, Entry};
+use crate::sink::batch::{Batch, Entry, MAX_ITEMS};
 use crate::sink::tables::Table;
 use crate::sink::writer::Writer;
 use crate::telemetry::events;
@@ -50,8 +52,10 @@ pub(super) struct Lane {
     permits: Arc<Semaphore>,
     keys: Arc<KeyLocks>,
     writes: JoinSet<Done>,
-    /// The open batch, and when it was started.
-    open: Option<(Batch, Instant)>,
+    /// Records taken off the channel, not yet in a batch, per partition.
+    queued: Queues<Entry>,
+    /// When the records waiting began to wait (for the linger).
+    since: Option<Instant>,
     /// Batch ids (and jitter seeds), unique across lanes.
     seed: u64,
 }
@@ -75,7 +79,8 @@ impl Lane {
             permits: Arc::new(Semaphore::new(max_in_flight_batches)),
             keys: Arc::default(),
             writes: JoinSet::new(),
-            open: None,
+            queued: Queues::default(),
+            since: None,
             seed,
         };
         (LaneTx { tx, depth }, lane)
@@ -84,62 +89,75 @@ impl Lane {
     /// Runs until the router drops its end and every write is done, or a
     /// write fails.
     pub(super) async fn run(mut self) -> Done {
+        let mut open = true;
         loop {
-            let deadline = self.open.as_ref().map(|(_, t)| *t + self.linger);
+            if !self.queued.is_empty() && (self.queued.len() >= MAX_ITEMS || !open) {
+                self.flush().await;
+                continue;
+            }
+            if !open {
+                break;
+            }
+            let deadline = self.since.map(|t| t + self.linger);
             tokio::select! {
                 biased;
                 Some(done) = self.writes.join_next(), if !self.writes.is_empty() => check(done)?,
                 entry = self.rx.recv() => match entry {
-                    Some(entry) => {
-                        self.depth.pop();
-                        self.add(entry).await;
-                    }
-                    None => break,
+                    Some(entry) => self.queue(entry),
+                    None => open = false,
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.flush().await;
                 }
             }
         }
-        self.flush().await;
         while let Some(done) = self.writes.join_next().await {
             check(done)?;
         }
         Ok(())
     }
 
-    async fn add(&mut self, entry: Entry) {
-        if self
-            .open
-            .as_ref()
-            .is_some_and(|(b, _)| b.cannot_take(&entry.decoded))
-        {
-            self.flush().await;
-        }
-        let (batch, _) = self
-            .open
-            .get_or_insert_with(|| (Batch::default(), Instant::now()));
-        batch.push(entry);
-        if batch.is_full() {
-            self.flush().await;
+    fn queue(&mut self, entry: Entry) {
+        let topic = entry.record.at.topic.clone();
+        self.queued.push(&topic, entry.record.at.partition, entry);
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    /// Queues what the router has sent meanwhile (its end dropped is seen
+    /// by the next `recv`).
+    fn take_arrived(&mut self) {
+        while let Ok(entry) = self.rx.try_recv() {
+            self.queue(entry);
         }
     }
 
-    /// Sends the open batch to a write task once a slot is free and no
-    /// earlier batch with one of its keys is still in flight.
+    /// Once a write slot is free, makes a batch of the records waiting
+    /// (taken per partition in proportion to what each has waiting, see
+    /// [`Queues`]) and sends it to a write task once no earlier batch with
+    /// one of its keys is still in flight.
     async fn flush(&mut self) {
-        let Some((batch, _)) = self.open.take() else {
-            return;
-        };
-        let slots = batch.into_slots();
-        let keys: Vec<String> = slots.iter().map(|s| s.key.clone()).collect();
-        self.keys.wait_for(&keys).await;
         let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
             .expect("never closed");
+        // What arrived meanwhile has its say in the batch.
+        self.take_arrived();
+        let mut batch = Batch::default();
+        while let Some(next) = self.queued.peek() {
+            // A first record always goes (one too large for any batch is
+            // refused by DynamoDB, and dead-lettered, not queued for ever).
+            if !batch.is_empty() && batch.cannot_take(&next.decoded) {
+                break;
+            }
+            batch.push(self.queued.pop().expect("peeked"));
+            self.depth.pop();
+        }
+        self.since = (!self.queued.is_empty()).then(Instant::now);
+        let slots = batch.into_slots();
+        let keys: Vec<String> = slots.iter().map(|s| s.key.clone()).collect();
+        self.keys.wait_for(&keys).await;
         self.seed = self.seed.wrapping_add(1);
         let (writer, seed, t) = (self.writer.clone(), self.seed, self.table.clone());
         events::batch_formed(&writer.counters, &t.name, keys.len());

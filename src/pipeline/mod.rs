@@ -5,13 +5,16 @@
 //! go to the dead-letter topic, at most [`DEAD_LETTERS_IN_FLIGHT`] at a time,
 //! so a poison stream with a slow topic pauses consumption instead of growing
 //! memory), then queued for its table's [`lane`]: a task per table that
-//! batches and dispatches writes, in key order ([`keys`]). The router never
+//! batches and dispatches writes, in key order ([`keys`]), taking each Kafka
+//! partition's records in proportion to what it has waiting ([`queues`]).
+//! The router never
 //! waits for a table: a slow or unreachable table's queue grows until the
 //! table is congested ([`crate::congestion`]), and the source pauses only the
 //! partitions that feed it.
 
 pub mod keys;
 mod lane;
+pub mod queues;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -141,3 +141,89 @@ async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
     assert!(congestion.table("slow").unwrap().queued() >= 100);
     running.abort();
 }
+
+/// Writes everything, each batch taking 100 ms, and keeps the order.
+#[derive(Debug, Default)]
+struct SlowInOrder {
+    written: Mutex<Vec<String>>,
+}
+
+impl Sink for SlowInOrder {
+    fn batch_write<'a>(
+        &'a self,
+        _table: &'a str,
+        items: Vec<Item>,
+    ) -> SinkFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.written.lock().extend(items.iter().map(id_of));
+            Ok(BatchOutcome::default())
+        })
+    }
+
+    fn describe<'a>(&'a self, _table: &'a str) -> SinkFuture<'a, TableInfo> {
+        unreachable!("routes are resolved by the test")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partition_with_more_waiting_is_taken_more_often_and_ends_with_the_others() {
+    // Partition 0's 600 records arrive before partition 1's 200: in arrival
+    // order partition 0 would be written first and partition 1 after it,
+    // alone. Taken in proportion to what each has waiting, both end
+    // together, as a batch job's partitions should.
+    let sink = Arc::new(SlowInOrder::default());
+    let acks = Arc::new(Acks::new());
+    acks.lock().assign("t", 0, Some(0));
+    acks.lock().assign("t", 1, Some(0));
+    let writer = Writer {
+        sink: sink.clone(),
+        acks: acks.clone(),
+        dlq: DeadLetters::with(Arc::new(FakeTopic::default()), "dlq"),
+        counters: Arc::new(Counters::default()),
+        attempt_timeout: Duration::from_secs(10),
+    };
+    let routes: Routes = [("t".to_string(), route("table"))].into();
+    let congestion = Congestion::new(
+        routes.iter().map(|(t, r)| (t.as_str(), &r.table.name)),
+        10_000,
+    );
+    let pipeline = Pipeline::new(routes, writer, Duration::from_millis(20), 1, 7, &congestion);
+    let (tx, rx) = mpsc::channel(10);
+    let running = tokio::spawn(pipeline.run(rx));
+    for (partition, n) in [(0, 600), (1, 200)] {
+        for offset in 0..n {
+            let at = acks.tracked("t", partition, offset);
+            let value = format!(r#"{{"id":"p{partition}-{offset}"}}"#);
+            tx.send(Record::with_value(at, value.as_bytes()))
+                .await
+                .unwrap();
+        }
+    }
+    drop(tx);
+    running.await.unwrap().unwrap();
+    let written = sink.written.lock().clone();
+    assert_eq!(written.len(), 800);
+    let last = |p: &str| written.iter().rposition(|id| id.starts_with(p)).unwrap();
+    let first = |p: &str| written.iter().position(|id| id.starts_with(p)).unwrap();
+    assert!(
+        last("p0-") >= 760,
+        "partition 0 ends with the job: {}",
+        last("p0-")
+    );
+    assert!(last("p1-") >= 760, "partition 1 too: {}", last("p1-"));
+    assert!(
+        first("p1-") <= 50,
+        "partition 1 is not held behind 0: {}",
+        first("p1-")
+    );
+    // Within a partition, record order.
+    for p in ["p0-", "p1-"] {
+        let offsets: Vec<i64> = written
+            .iter()
+            .filter(|id| id.starts_with(p))
+            .map(|id| id[3..].parse().unwrap())
+            .collect();
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{p} in order");
+    }
+}
