@@ -27,6 +27,9 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+/// Records an empty queue keeps room for.
+const KEPT: usize = 64;
+
 /// A Kafka partition: topic and partition number.
 pub type Part = (Arc<str>, i32);
 
@@ -153,6 +156,10 @@ impl<T> Queues<T> {
         if !q.items.is_empty() {
             self.seq += 1;
             self.due.push(Reverse((Pass(q.pass), self.seq, id)));
+        } else if q.items.capacity() > KEPT {
+            // Empty, a queue keeps room for KEPT records only, not for the
+            // most its partition ever had waiting.
+            q.items.shrink_to(KEPT);
         }
         Some(item)
     }
