@@ -35,20 +35,12 @@ table = "{table}"
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dev_broker_carries_a_batch_job_end_to_end() {
-    require_stack();
-    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
-    let broker = DevBroker::start().unwrap();
-    broker.create_topic("orders", 4).unwrap();
-    broker.create_topic("dead", 1).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let stop = CancellationToken::new();
-    let broker = std::sync::Arc::new(broker);
-    let serving = {
-        let (addr, stop, broker) = (addr.parse().unwrap(), stop.clone(), broker.clone());
-        tokio::spawn(async move { serve(&broker, addr, stop).await.unwrap() })
-    };
-    wait_for_port(&addr).await;
+    let Served {
+        broker,
+        addr,
+        stop,
+        serving,
+    } = served(4).await;
 
     let table = unique("dev");
     create_table(&dynamo().await, &table, false).await;
@@ -101,26 +93,13 @@ async fn the_dev_broker_carries_a_batch_job_end_to_end() {
     // JoinGroup, as a rebalance that never completes leaves one with no
     // partitions) still leaves once the group's job is done: the group's
     // committed offsets, read off the poll loop, are at the end.
-    broker.fail_requests(
-        11,
-        rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
-        100_000,
-    );
-    let halt = CancellationToken::new();
-    let run = ingest::worker::run(
+    fail_every_join(&broker);
+    let outcome = batch_within(
         settings(&addr, &group, "orders", &table),
-        true,
-        halt.clone(),
-    );
-    tokio::pin!(run);
-    let outcome = tokio::select! {
-        outcome = &mut run => outcome.unwrap(),
-        _ = tokio::time::sleep(Duration::from_secs(60)) => {
-            halt.cancel();
-            let exit = run.await.map(|o| o.exit);
-            panic!("a worker without partitions did not leave when the group was done: {exit:?}");
-        }
-    };
+        Duration::from_secs(60),
+        "a worker without partitions did not leave when the group was done",
+    )
+    .await;
     assert_eq!(outcome.exit, SourceExit::CaughtUp);
     assert_eq!(outcome.totals.records_consumed, 0);
 
@@ -135,20 +114,12 @@ async fn a_worker_never_given_partitions_leaves_saying_work_is_left() {
     // rejoin every 90 s for ever in batch mode while the group was not
     // seen done. Now, after a rejoin and a drain deadline more, it leaves
     // with exit 3: the group's partitions are behind and nobody moves them.
-    require_stack();
-    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
-    let broker = DevBroker::start().unwrap();
-    broker.create_topic("orders", 2).unwrap();
-    broker.create_topic("dead", 1).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let stop = CancellationToken::new();
-    let broker = std::sync::Arc::new(broker);
-    let serving = {
-        let (addr, stop, broker) = (addr.parse().unwrap(), stop.clone(), broker.clone());
-        tokio::spawn(async move { serve(&broker, addr, stop).await.unwrap() })
-    };
-    wait_for_port(&addr).await;
+    let Served {
+        broker,
+        addr,
+        stop,
+        serving,
+    } = served(2).await;
     let table = unique("idle");
     create_table(&dynamo().await, &table, false).await;
     let values = (0..50).map(|i| (None, ingest::tools::sample_record(i)));
@@ -156,25 +127,16 @@ async fn a_worker_never_given_partitions_leaves_saying_work_is_left() {
         .await
         .unwrap();
 
-    broker.fail_requests(
-        11,
-        rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
-        100_000,
-    );
+    fail_every_join(&broker);
     let mut s = settings(&addr, &unique("grp"), "orders", &table);
     s.pipeline.drain_timeout = Duration::from_secs(1);
-    let halt = CancellationToken::new();
     let started = std::time::Instant::now();
-    let run = ingest::worker::run(s, true, halt.clone());
-    tokio::pin!(run);
-    let outcome = tokio::select! {
-        outcome = &mut run => outcome.unwrap(),
-        _ = tokio::time::sleep(Duration::from_secs(150)) => {
-            halt.cancel();
-            let exit = run.await.map(|o| o.exit);
-            panic!("a worker never given partitions did not leave: {exit:?}");
-        }
-    };
+    let outcome = batch_within(
+        s,
+        Duration::from_secs(150),
+        "a worker never given partitions did not leave",
+    )
+    .await;
     assert_eq!(outcome.exit, SourceExit::WorkLeft, "work is left");
     assert_eq!(outcome.totals.records_consumed, 0);
     assert!(
@@ -184,6 +146,64 @@ async fn a_worker_never_given_partitions_leaves_saying_work_is_left() {
     );
     stop.cancel();
     serving.await.unwrap();
+}
+
+/// The coordinator fails every JoinGroup (API key 11) from now on, as a
+/// rebalance that never completes leaves a member with no partitions.
+fn fail_every_join(broker: &DevBroker) {
+    broker.fail_requests(
+        11,
+        rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        100_000,
+    );
+}
+
+/// Runs a batch worker; stops it and fails with `what` if it is still
+/// running after `limit`.
+async fn batch_within(settings: Settings, limit: Duration, what: &str) -> ingest::worker::Outcome {
+    let halt = CancellationToken::new();
+    let run = ingest::worker::run(settings, true, halt.clone());
+    tokio::pin!(run);
+    tokio::select! {
+        outcome = &mut run => outcome.unwrap(),
+        _ = tokio::time::sleep(limit) => {
+            halt.cancel();
+            let exit = run.await.map(|o| o.exit);
+            panic!("{what}: {exit:?}");
+        }
+    }
+}
+
+/// The dev broker with topics "orders" (`partitions`) and "dead", served
+/// behind the fixed-port forwarder; LocalStack's test credentials set.
+struct Served {
+    broker: std::sync::Arc<DevBroker>,
+    addr: String,
+    stop: CancellationToken,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+async fn served(partitions: i32) -> Served {
+    require_stack();
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    let broker = DevBroker::start().unwrap();
+    broker.create_topic("orders", partitions).unwrap();
+    broker.create_topic("dead", 1).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let stop = CancellationToken::new();
+    let broker = std::sync::Arc::new(broker);
+    let serving = {
+        let (addr, stop, broker) = (addr.parse().unwrap(), stop.clone(), broker.clone());
+        tokio::spawn(async move { serve(&broker, addr, stop).await.unwrap() })
+    };
+    wait_for_port(&addr).await;
+    Served {
+        broker,
+        addr,
+        stop,
+        serving,
+    }
 }
 
 async fn wait_for_port(addr: &str) {

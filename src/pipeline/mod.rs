@@ -7,14 +7,13 @@
 //! memory), then queued for its table's [`lane`]: a task per table that
 //! batches and dispatches writes, in key order ([`keys`]), taking each Kafka
 //! partition's records in proportion to what it has waiting ([`queues`]).
-//! The router never
-//! waits for a table: a slow or unreachable table's queue grows until the
-//! table is congested ([`crate::congestion`]), and the source pauses only the
-//! partitions that feed it.
+//! The router never waits for a table: a slow or unreachable table's queue
+//! grows until the table is congested ([`crate::congestion`]), and the
+//! source pauses only the partitions that feed it.
 
 pub mod keys;
 mod lane;
-pub mod queues;
+mod queues;
 
 use std::collections::HashMap;
 use std::sync::Arc;

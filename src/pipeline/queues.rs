@@ -31,7 +31,7 @@ use std::sync::Arc;
 const KEPT: usize = 64;
 
 /// A Kafka partition: topic and partition number.
-pub type Part = (Arc<str>, i32);
+type Part = (Arc<str>, i32);
 
 /// A pass, ordered by `f64::total_cmp`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,12 +51,6 @@ impl Ord for Pass {
     }
 }
 
-#[derive(Debug)]
-struct Queue<T> {
-    items: VecDeque<T>,
-    pass: f64,
-}
-
 /// Waiting records per partition; see the module's header.
 #[derive(Debug)]
 pub struct Queues<T> {
@@ -64,12 +58,13 @@ pub struct Queues<T> {
     /// topics' partitions: an emptied queue keeps its place, so a partition
     /// that drains and refills costs no allocation).
     ids: HashMap<Part, usize>,
-    queues: Vec<Queue<T>>,
+    queues: Vec<VecDeque<T>>,
     /// The partition of the last record pushed, and its place (records
     /// come in runs of one partition).
     last: Option<(Part, usize)>,
-    /// One entry per non-empty queue: its pass, then the order it became
-    /// due in (ties go to the earlier), then its place.
+    /// One entry per non-empty queue (the only record of its pass): its
+    /// pass, then the order it became due in (ties go to the earlier), then
+    /// its place.
     due: BinaryHeap<Reverse<(Pass, u64, usize)>>,
     /// The pass of the last pick.
     now: f64,
@@ -111,10 +106,7 @@ impl<T> Queues<T> {
         let id = match self.ids.get(&part) {
             Some(&id) => id,
             None => {
-                self.queues.push(Queue {
-                    items: VecDeque::new(),
-                    pass: 0.0,
-                });
+                self.queues.push(VecDeque::new());
                 let id = self.queues.len() - 1;
                 self.ids.insert(part.clone(), id);
                 id
@@ -128,38 +120,37 @@ impl<T> Queues<T> {
     pub fn push(&mut self, topic: &Arc<str>, partition: i32, item: T) {
         let id = self.place(topic, partition);
         let q = &mut self.queues[id];
-        if q.items.is_empty() {
+        if q.is_empty() {
             // Back (or new): at the pass of the last pick.
-            q.pass = self.now;
             self.seq += 1;
             self.due.push(Reverse((Pass(self.now), self.seq, id)));
         }
-        q.items.push_back(item);
+        q.push_back(item);
         self.len += 1;
     }
 
     /// The record [`Queues::pop`] would give next.
     pub fn peek(&self) -> Option<&T> {
         let Reverse((_, _, id)) = self.due.peek()?;
-        self.queues[*id].items.front()
+        self.queues[*id].front()
     }
 
     /// The next record: the head of the queue with the lowest pass.
     pub fn pop(&mut self) -> Option<T> {
         let Reverse((Pass(pass), _, id)) = self.due.pop()?;
         let q = &mut self.queues[id];
-        let weight = q.items.len() as f64;
-        let item = q.items.pop_front().expect("a due queue is not empty");
+        let weight = q.len() as f64;
+        let item = q.pop_front().expect("a due queue is not empty");
         self.now = pass;
         self.len -= 1;
-        q.pass = pass + 1.0 / weight;
-        if !q.items.is_empty() {
+        if !q.is_empty() {
             self.seq += 1;
-            self.due.push(Reverse((Pass(q.pass), self.seq, id)));
-        } else if q.items.capacity() > KEPT {
+            self.due
+                .push(Reverse((Pass(pass + 1.0 / weight), self.seq, id)));
+        } else if q.capacity() > KEPT {
             // Empty, a queue keeps room for KEPT records only, not for the
             // most its partition ever had waiting.
-            q.items.shrink_to(KEPT);
+            q.shrink_to(KEPT);
         }
         Some(item)
     }
@@ -173,29 +164,21 @@ mod tests {
         static TOPIC: Arc<str> = Arc::from("t");
     }
 
-    fn part(p: i32) -> Part {
-        (TOPIC.with(Arc::clone), p)
-    }
-
-    trait PushPart<T> {
-        fn push_to(&mut self, part: &Part, item: T);
-    }
-
-    impl<T> PushPart<T> for Queues<T> {
-        fn push_to(&mut self, part: &Part, item: T) {
-            self.push(&part.0, part.1, item);
-        }
+    /// Pushes to partition `p` of one topic (one `Arc`, as a worker's
+    /// records of a partition share theirs).
+    fn push<T>(q: &mut Queues<T>, p: i32, item: T) {
+        TOPIC.with(|t| q.push(t, p, item));
     }
 
     #[test]
     fn a_queue_twice_as_long_is_taken_twice_as_often_and_all_end_together() {
         let mut q = Queues::default();
         for i in 0..2_000 {
-            q.push_to(&part(0), (0, i));
+            push(&mut q, 0, (0, i));
         }
         for p in 1..=2 {
             for i in 0..1_000 {
-                q.push_to(&part(p), (p, i));
+                push(&mut q, p, (p, i));
             }
         }
         let mut taken = [0usize; 3];
@@ -229,15 +212,15 @@ mod tests {
     fn a_partition_that_was_empty_is_not_held_behind_long_queues() {
         let mut q = Queues::default();
         for i in 0..1_000 {
-            q.push_to(&part(0), i);
+            push(&mut q, 0, i);
         }
         for _ in 0..100 {
             q.pop();
         }
-        q.push_to(&part(1), 9_999);
+        push(&mut q, 1, 9_999);
         assert_eq!(q.pop(), Some(9_999), "comes back at the last pick's pass");
-        q.push_to(&part(1), 10_000);
-        q.push_to(&part(1), 10_001);
+        push(&mut q, 1, 10_000);
+        push(&mut q, 1, 10_001);
         assert_eq!(q.pop(), Some(10_000));
         // Two queued: it owes a pick of half its length now, the long queue
         // (899 left) goes on meanwhile.
@@ -250,7 +233,7 @@ mod tests {
         let mut q = Queues::default();
         assert!(q.peek().is_none());
         for i in 0..10 {
-            q.push_to(&part(i % 3), i);
+            push(&mut q, i % 3, i);
         }
         while let Some(&next) = q.peek() {
             assert_eq!(q.pop(), Some(next));
