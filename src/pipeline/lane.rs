@@ -1,11 +1,14 @@
 //! One table's side of the pipeline, as a task of its own: it queues decoded
 //! records per Kafka partition, and once a full batch's worth waits (or the
 //! first has lingered) and one of `max_in_flight_batches` write slots is
-//! free, it makes a batch of them, taken per partition in proportion to
-//! what each has waiting ([`super::queues`]), and sends it to a write task
-//! once no earlier batch in flight holds one of its keys ([`super::keys`]). Waiting for a write slot holds up this table only: its
-//! queue grows, the table is marked congested ([`crate::congestion`]) and the
-//! source pauses the partitions that feed it.
+//! free, it fills a batch with them, taken per partition in proportion to
+//! what each has waiting ([`super::queues`]). A batch whose records
+//! coalesced (a later record of a key replaces the earlier) waits for more
+//! until it is full or has lingered. It goes to a write task once no earlier
+//! batch in flight holds one of its keys ([`super::keys`]). Waiting for a
+//! write slot holds up this table only: its queue grows, the table is marked
+//! congested ([`crate::congestion`]) and the source pauses the partitions
+//! that feed it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +57,11 @@ pub(super) struct Lane {
     writes: JoinSet<Done>,
     /// Records taken off the channel, not yet in a batch, per partition.
     queued: Queues<Entry>,
-    /// When the records waiting began to wait (for the linger).
+    /// A batch being made that is not full yet: its records coalesced (a
+    /// later record of a key replaces the earlier), so it waits for more
+    /// until it is full or has lingered.
+    open: Batch,
+    /// When the records waiting (queued or in `open`) began to wait.
     since: Option<Instant>,
     /// Batch ids (and jitter seeds), unique across lanes.
     seed: u64,
@@ -80,6 +87,7 @@ impl Lane {
             keys: Arc::default(),
             writes: JoinSet::new(),
             queued: Queues::default(),
+            open: Batch::default(),
             since: None,
             seed,
         };
@@ -91,12 +99,17 @@ impl Lane {
     pub(super) async fn run(mut self) -> Done {
         let mut open = true;
         loop {
-            if !self.queued.is_empty() && (self.queued.len() >= MAX_ITEMS || !open) {
-                self.flush().await;
+            let waiting = self.queued.len() + self.open.len();
+            if !open && waiting > 0 {
+                self.flush(true).await;
                 continue;
             }
             if !open {
                 break;
+            }
+            if !self.queued.is_empty() && waiting >= MAX_ITEMS {
+                self.flush(false).await;
+                continue;
             }
             let deadline = self.since.map(|t| t + self.linger);
             tokio::select! {
@@ -107,7 +120,7 @@ impl Lane {
                     None => open = false,
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                    self.flush().await;
+                    self.flush(true).await;
                 }
             }
         }
@@ -131,11 +144,12 @@ impl Lane {
         }
     }
 
-    /// Once a write slot is free, makes a batch of the records waiting
-    /// (taken per partition in proportion to what each has waiting, see
-    /// [`Queues`]) and sends it to a write task once no earlier batch with
+    /// Once a write slot is free, fills the batch being made with the
+    /// records waiting (taken per partition in proportion to what each has
+    /// waiting, see [`Queues`]) and, once it is full (or `now`: lingered, or
+    /// the lane ends), sends it to a write task when no earlier batch with
     /// one of its keys is still in flight.
-    async fn flush(&mut self) {
+    async fn flush(&mut self, now: bool) {
         let permit = self
             .permits
             .clone()
@@ -144,17 +158,25 @@ impl Lane {
             .expect("never closed");
         // What arrived meanwhile has its say in the batch.
         self.take_arrived();
-        let mut batch = Batch::default();
+        let mut full = self.open.is_full();
         while let Some(next) = self.queued.peek() {
             // A first record always goes (one too large for any batch is
             // refused by DynamoDB, and dead-lettered, not queued for ever).
-            if !batch.is_empty() && batch.cannot_take(&next.decoded) {
+            if !self.open.is_empty() && self.open.cannot_take(&next.decoded) {
+                full = true;
                 break;
             }
-            batch.push(self.queued.pop().expect("peeked"));
+            self.open.push(self.queued.pop().expect("peeked"));
             self.depth.pop();
         }
+        if !(full || now || self.open.is_full()) {
+            return; // coalesced: waits for more, or its linger
+        }
+        let batch = std::mem::take(&mut self.open);
         self.since = (!self.queued.is_empty()).then(Instant::now);
+        if batch.is_empty() {
+            return;
+        }
         let slots = batch.into_slots();
         let keys: Vec<String> = slots.iter().map(|s| s.key.clone()).collect();
         self.keys.wait_for(&keys).await;

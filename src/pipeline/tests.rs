@@ -71,6 +71,16 @@ fn route(table: &str) -> Resolved {
     }
 }
 
+fn writer(sink: Arc<dyn Sink>, acks: &Arc<Acks>) -> Writer {
+    Writer {
+        sink,
+        acks: acks.clone(),
+        dlq: DeadLetters::with(Arc::new(FakeTopic::default()), "dlq"),
+        counters: Arc::new(Counters::default()),
+        attempt_timeout: Duration::from_secs(10),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
     let sink = Arc::new(OneTableHangs::default());
@@ -78,13 +88,7 @@ async fn a_table_that_never_answers_holds_up_only_its_own_topics() {
     for topic in ["to-slow", "to-fast"] {
         acks.lock().assign(topic, 0, Some(0));
     }
-    let writer = Writer {
-        sink: sink.clone(),
-        acks: acks.clone(),
-        dlq: DeadLetters::with(Arc::new(FakeTopic::default()), "dlq"),
-        counters: Arc::new(Counters::default()),
-        attempt_timeout: Duration::from_secs(10),
-    };
+    let writer = writer(sink.clone(), &acks);
     let routes: Routes = [
         ("to-slow".to_string(), route("slow")),
         ("to-fast".to_string(), route("fast")),
@@ -176,13 +180,7 @@ async fn a_partition_with_more_waiting_is_taken_more_often_and_ends_with_the_oth
     let acks = Arc::new(Acks::new());
     acks.lock().assign("t", 0, Some(0));
     acks.lock().assign("t", 1, Some(0));
-    let writer = Writer {
-        sink: sink.clone(),
-        acks: acks.clone(),
-        dlq: DeadLetters::with(Arc::new(FakeTopic::default()), "dlq"),
-        counters: Arc::new(Counters::default()),
-        attempt_timeout: Duration::from_secs(10),
-    };
+    let writer = writer(sink.clone(), &acks);
     let routes: Routes = [("t".to_string(), route("table"))].into();
     let congestion = Congestion::new(
         routes.iter().map(|(t, r)| (t.as_str(), &r.table.name)),
@@ -226,4 +224,45 @@ async fn a_partition_with_more_waiting_is_taken_more_often_and_ends_with_the_oth
             .collect();
         assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{p} in order");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_of_a_few_keys_arriving_together_coalesce_into_one_write_per_key() {
+    // A batch takes up to 25 items, and a later record of a key already in
+    // it replaces the earlier one (one write, both acked). 100 records of 4
+    // keys within the linger are 4 items, not a batch per 25 records.
+    let sink = Arc::new(OneTableHangs::default());
+    let acks = Arc::new(Acks::new());
+    acks.lock().assign("t", 0, Some(0));
+    let routes: Routes = [("t".to_string(), route("fast"))].into();
+    let congestion = Congestion::new(
+        routes.iter().map(|(t, r)| (t.as_str(), &r.table.name)),
+        10_000,
+    );
+    let pipeline = Pipeline::new(
+        routes,
+        writer(sink.clone(), &acks),
+        Duration::from_millis(20),
+        8,
+        7,
+        &congestion,
+    );
+    let (tx, rx) = mpsc::channel(10);
+    let running = tokio::spawn(pipeline.run(rx));
+    for offset in 0..100 {
+        let at = acks.tracked("t", 0, offset);
+        let value = format!(r#"{{"id":"k{}","n":{offset}}}"#, offset % 4);
+        tx.send(Record::with_value(at, value.as_bytes()))
+            .await
+            .unwrap();
+    }
+    drop(tx);
+    running.await.unwrap().unwrap();
+    assert_eq!(
+        acks.lock().watermark("t", 0),
+        Some(100),
+        "every record acked"
+    );
+    let written = sink.written.lock().clone();
+    assert_eq!(written.len(), 4, "one write per key: {written:?}");
 }
