@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start tansu (Kafka protocol, SQLite storage, durable) on 127.0.0.1:9092 unless
 # it runs. Builds it once into the cache (install-tansu.sh). Data lives in
-# $INGEST_RUN/tansu (survives restarts of the broker; `make clean-stack` wipes it).
+# $INGEST_RUN/tansu (survives restarts of the broker; `make clean-stack` wipes it,
+# and `make test` starts it fresh).
 #
 # TANSU_NAME and TANSU_PORT start another instance beside it (data, log and pid
 # file named after it); TANSU_FRESH=1 wipes that instance's data first (a

@@ -59,8 +59,9 @@ pub struct Queues<T> {
     /// that drains and refills costs no allocation).
     ids: HashMap<Part, usize>,
     queues: Vec<VecDeque<T>>,
-    /// The partition of the last record pushed, and its place (records
-    /// come in runs of one partition).
+    /// The partition of the last record pushed, and its place: records come
+    /// in runs of one partition, and a run is found by comparing the topic's
+    /// name, not hashing it (each record has its own `Arc` of it).
     last: Option<(Part, usize)>,
     /// One entry per non-empty queue (the only record of its pass): its
     /// pass, then the order it became due in (ties go to the earlier), then
@@ -98,7 +99,7 @@ impl<T> Queues<T> {
 
     fn place(&mut self, topic: &Arc<str>, partition: i32) -> usize {
         if let Some((p, id)) = &self.last {
-            if p.1 == partition && Arc::ptr_eq(&p.0, topic) {
+            if p.1 == partition && p.0 == *topic {
                 return *id;
             }
         }
@@ -160,14 +161,10 @@ impl<T> Queues<T> {
 mod tests {
     use super::*;
 
-    thread_local! {
-        static TOPIC: Arc<str> = Arc::from("t");
-    }
-
-    /// Pushes to partition `p` of one topic (one `Arc`, as a worker's
-    /// records of a partition share theirs).
+    /// Pushes to partition `p` of topic "t" (a new `Arc` each time, as the
+    /// source makes one per record).
     fn push<T>(q: &mut Queues<T>, p: i32, item: T) {
-        TOPIC.with(|t| q.push(t, p, item));
+        q.push(&Arc::from("t"), p, item);
     }
 
     #[test]

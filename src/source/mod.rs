@@ -196,13 +196,10 @@ pub fn run(
     };
     let exit = poller.run_loop(&stop);
     let result = match exit {
-        Ok(SourceExit::CaughtUp) => Ok(SourceExit::CaughtUp),
-        Ok(SourceExit::WorkLeft) => {
-            // Nothing of its own in flight; the drain only commits. Its
-            // `Stopped` must not hide that the group's work is left.
-            poller.drain();
-            Ok(SourceExit::WorkLeft)
-        }
+        // Batch mode's exits: nothing of the worker's own is in flight (its
+        // partitions committed to their end, or none held), so no drain,
+        // whose "stopped" would hide that the group's work is left.
+        Ok(exit @ (SourceExit::CaughtUp | SourceExit::WorkLeft)) => Ok(exit),
         Ok(_) => Ok(poller.drain()),
         Err(e) => {
             poller.drain();

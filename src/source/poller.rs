@@ -159,13 +159,16 @@ impl Poller {
                 info!("caught up: the group has committed every partition up to its end offset, and this worker holds none");
                 return Ok(SourceExit::CaughtUp);
             }
-            let idle = self.holds_nothing() && self.ctx().unassigned_since.lock().is_some();
-            if !idle {
-                self.idle_since = None;
-            } else if self.opts.until_caught_up {
-                let since = *self.idle_since.get_or_insert_with(Instant::now);
-                if let Some(exit) = self.leave_when_idle(since) {
-                    return Ok(exit);
+            if self.opts.until_caught_up {
+                // (Looked at only in batch mode: it locks the trackers.)
+                let idle = self.ctx().unassigned_since.lock().is_some() && self.holds_nothing();
+                if !idle {
+                    self.idle_since = None;
+                } else {
+                    let since = *self.idle_since.get_or_insert_with(Instant::now);
+                    if let Some(exit) = self.leave_when_idle(since) {
+                        return Ok(exit);
+                    }
                 }
             }
             if self.opts.until_caught_up && self.caught_up() {
