@@ -182,6 +182,9 @@ pub struct Adaptive {
     warm: Option<f64>,
     /// The rate `warm_start` set last.
     warm_rate: Option<f64>,
+    /// The largest request admitted whole within the size's memory, as of
+    /// the last answer (see `slotted`).
+    whole_lately: f64,
     /// Slotted since (None: not slotted).
     slotted_since: Option<Duration>,
     /// The current trial of the slots: (answers, throttled ones).
@@ -225,6 +228,7 @@ impl Adaptive {
             ceiling_next: false,
             warm: None,
             warm_rate: None,
+            whole_lately: 0.0,
             slotted_since: None,
             slot_trial: (0, 0),
             slots_off_until: None,
@@ -603,6 +607,7 @@ impl Strategy for Adaptive {
             && self
                 .size
                 .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
+        self.whole_lately = self.size.largest_whole(fb.now);
         if fb.throttled && !size_signal {
             // The accepted rate means something only over a full window.
             let measured = if fb.now.saturating_sub(first_seen) >= window {
@@ -693,11 +698,16 @@ impl Strategy for Adaptive {
     }
 
     fn slotted(&self) -> bool {
+        // Not where a request as large was admitted whole lately: a size
+        // signal while slow keeps only half of that (`size`), and a deep
+        // bucket that another job keeps low read as shallow then.
         self.slots_allowed()
             && self.capacity.is_some_and(|c| {
-                self.size
-                    .admits_at_once()
-                    .is_some_and(|p| p < SLOTTED_S * c)
+                self.whole_lately < SLOTTED_S * c
+                    && self
+                        .size
+                        .admits_at_once()
+                        .is_some_and(|p| p < SLOTTED_S * c)
             })
     }
 

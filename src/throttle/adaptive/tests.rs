@@ -603,6 +603,28 @@ fn a_partial_answer_after_a_larger_whole_one_keeps_requests_to_the_share() {
     assert_eq!(a.max_request_units(), Some(10.0));
 }
 
+#[test]
+fn a_table_that_admitted_a_batch_whole_lately_is_not_slotted_when_slow() {
+    // A third of a 200 WCU/s table (a tenth of a second is 20 units): 34
+    // units admitted whole, then a partial answer cuts the rate far below
+    // the share (another job keeps the deep bucket low). A partial answer
+    // to a larger request while slow keeps only half of the 34 as the size
+    // the server admits at once (17, under 20); the table has admitted 34
+    // whole within the minute, so it is not shallow and not slotted (two
+    // jobs in `make bench-dynamodb`: slotted workers wrote 73-88% of their
+    // pace, the others 99-100%).
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&third_of_200(0, 34.0, 34.0));
+    a.after_attempt(&third_of_200(2_100, 10.0, 5.0));
+    a.after_attempt(&third_of_200(3_200, 40.0, 5.0));
+    assert_eq!(a.size.admits_at_once(), Some(17.0));
+    assert!(!a.slotted());
+    // A minute on, with no request that large admitted whole since, the
+    // server's answers decide: slotted.
+    a.after_attempt(&third_of_200(63_300, 5.0, 5.0));
+    assert!(a.slotted());
+}
+
 /// A third of a 1,000 WCU/s table, its records held back by a hot range's
 /// pace (they go in order): refusals of keys no range paced yet cut the
 /// table's rate plainly, from the rate; not to the accepted rate (which the
