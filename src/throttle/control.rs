@@ -227,6 +227,9 @@ impl Control {
     /// This worker's share of the table's capacity (None: unknown).
     pub fn set_share(&self, share: Option<f64>) {
         *self.share.lock() = share;
+        if let Some(h) = &self.hot {
+            h.lock().share(share);
+        }
         self.hint();
     }
 
