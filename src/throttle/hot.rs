@@ -29,7 +29,10 @@
 //!   refills meanwhile). It climbs back to that level along a CUBIC curve
 //!   over [`PROBE`], then slowly past it, while the hot keys use it; past
 //!   it for half that climb more ([`REGUESS`]) with no refusal, that cut was
-//!   below the partition's maximum, and it doubles as a guess does. Each cut
+//!   below the partition's maximum, and it doubles as a guess does; so it
+//!   does when this worker's share of its group's work grows past
+//!   [`SHARE_REPROBE`] x its share at the last cut (peers that wrote to the
+//!   hot partition too have finished). Each cut
 //!   at about the level of the one before doubles the time the climb takes
 //!   (up to [`MAX_DOUBLINGS`] times): a
 //!   partition's maximum does not move, and probing past it again and again
