@@ -351,6 +351,7 @@ impl<'a> Run<'a> {
             now: t,
             throttled,
             key_range: false, // the simulator has no partitions
+            range_read: false,
             accepted_units: a.accepted_units,
             sent_units: units,
             written_units: a.accepted_units,

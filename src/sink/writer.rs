@@ -374,7 +374,8 @@ impl Writer {
                 by_table |= !by_range[i];
             }
         }
-        if hot.contains(&true) || !range.refused.is_empty() {
+        let by_range_refused = !range.refused.is_empty();
+        if hot.contains(&true) || by_range_refused {
             if let Some((change, keys, rate)) = ctl.hot_answer(range) {
                 self.events(table, ctl).hot_range(change, keys, rate);
             }
@@ -387,6 +388,7 @@ impl Writer {
         let throttled = match (table_refused, by_table) {
             (false, _) => Throttled::No,
             (true, false) if ctl.hot_holds() => Throttled::KeyRange,
+            (true, _) if by_range_refused => Throttled::NewKeys,
             (true, _) => Throttled::Table,
         };
         Heard {

@@ -27,12 +27,16 @@ use crate::throttle::{Feedback, Metrics, Strategy};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Throttled {
     No,
-    /// By the table (a table-level reason, or refusals not read as a key
-    /// range's).
+    /// By the table: some refusal not read as a key range's (a
+    /// table-level reason, or the table ran out).
     Table,
     /// Only by key ranges, on keys the hot range did not pace yet, while it
     /// held others back (see `Feedback::key_range`).
     KeyRange,
+    /// By the table or by key ranges, key ranges among them (on keys the
+    /// hot range did not pace yet), while it held nothing back (see
+    /// `Feedback::range_read`).
+    NewKeys,
 }
 
 /// Window of the accepted-rate estimate behind `remaining`.
@@ -343,6 +347,7 @@ impl Control {
             now,
             throttled: throttled != Throttled::No,
             key_range: throttled == Throttled::KeyRange,
+            range_read: throttled == Throttled::NewKeys,
             accepted_units,
             sent_units,
             written_units,

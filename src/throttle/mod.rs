@@ -52,6 +52,12 @@ pub struct Feedback {
     /// keys, but what it accepted was the range's pace, not the table's.
     /// (Implies `throttled`.)
     pub key_range: bool,
+    /// Throttled, and key ranges refused some of it (read as for
+    /// `key_range`), on keys not paced apart yet, while the hot range held
+    /// nothing back: a signal for the table's rate still, but not a clean
+    /// one of the table's capacity. (Implies `throttled`; never with
+    /// `key_range`.)
+    pub range_read: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
     /// Capacity units the attempt asked for, by the items' own cost (no

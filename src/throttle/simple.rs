@@ -240,6 +240,7 @@ mod tests {
         now: Duration::ZERO,
         throttled: true,
         key_range: false,
+        range_read: false,
         accepted_units: 0.0,
         sent_units: 0.0,
         written_units: 0.0,

@@ -13,6 +13,11 @@ pub struct AdaptiveConfig {
     pub target_fraction: f64,
     /// Multiplicative decrease on a congestion event.
     pub decrease: f64,
+    /// The decrease on the first congestion event, met at the fair share
+    /// of a known capacity: the table has less free than the group's share
+    /// by an amount nothing tells (another job, the live application), and
+    /// two equal jobs are met at twice what the table takes.
+    pub first_decrease: f64,
     /// Throttles within this time of a decrease count as the same event.
     pub cooldown_ms: f64,
     /// Seconds to climb back to the rate of the last event.
@@ -83,6 +88,7 @@ impl Default for AdaptiveConfig {
             max_rate: 1_000_000.0,
             target_fraction: 0.98,
             decrease: 0.9,
+            first_decrease: 0.5,
             cooldown_ms: 1000.0,
             probe_s: 30.0,
             window_ms: 2000.0,
@@ -131,6 +137,15 @@ impl AdaptiveConfig {
         ensure(self.decrease > 0.0 && self.decrease < 1.0, || {
             format!("decrease = {}: must be in (0, 1)", self.decrease)
         })?;
+        ensure(
+            self.first_decrease > 0.0 && self.first_decrease < 1.0,
+            || {
+                format!(
+                    "first_decrease = {}: must be in (0, 1)",
+                    self.first_decrease
+                )
+            },
+        )?;
         ensure(
             self.probe_s > 0.0 && self.window_ms > 0.0 && self.cooldown_ms >= 0.0,
             || "probe_s and window_ms must be > 0, cooldown_ms >= 0".into(),

@@ -7,7 +7,12 @@
 //!   (from ConsumedCapacity). At saturation the accepted rate is this client's
 //!   real share, so after a sudden drop the rate lands near the new share
 //!   within a few events. Further throttles within `cooldown` belong to the
-//!   same event and are ignored. Except when only key ranges refused keys
+//!   same event and are ignored. The first event, met at the fair share
+//!   of a known capacity, cuts by `first_decrease` (half) instead: the
+//!   table has less free than the group's share by an amount nothing tells
+//!   (two equal jobs meet at twice what it takes); not on a shallow table,
+//!   nor where key ranges refused some of the answer (`Feedback::range_read`).
+//!   Except when only key ranges refused keys
 //!   the hot range did not pace yet while it held others back
 //!   (`Feedback::key_range`): the accepted rate is then the hot range's
 //!   pace, so the cut is `decrease` x the rate, and it neither settles the
@@ -629,8 +634,14 @@ impl Strategy for Adaptive {
                 // Deeper once settled (this event included), so that the
                 // table's bucket, which the other writer keeps low, fills
                 // again before the next probe.
+                let first = self.w_max.is_none()
+                    && !fb.range_read
+                    && fair.is_some_and(|f| base >= 0.9 * f)
+                    && !self.capacity.is_some_and(|c| self.shallow(c));
                 let factor = if self.settled(fb.now) {
                     self.cfg.settle_decrease
+                } else if first {
+                    self.cfg.first_decrease
                 } else {
                     self.cfg.decrease
                 };

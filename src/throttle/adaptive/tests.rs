@@ -7,6 +7,7 @@ pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) ->
         now: Duration::from_millis(ms),
         throttled,
         key_range: false,
+        range_read: false,
         accepted_units: units,
         // As much as was accepted: no size learned (see the size tests).
         sent_units: units,
@@ -44,6 +45,39 @@ fn one_decrease_per_cooldown_converging_to_the_accepted_rate() {
     let r = a.rate().unwrap();
     assert!(a.metrics().went_down <= 4, "{:?}", a.metrics());
     assert!((45.0..=65.0).contains(&r), "{r}");
+}
+
+#[test]
+fn the_first_event_at_the_fair_share_halves_the_rate_and_later_ones_cut_by_decrease() {
+    // A third of a 200 WCU/s table: at its fair share (65.3 units/s) for
+    // 3 s, then throttled (another job writes as much).
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let fair = 200.0 / 3.0 * 0.98;
+    let mut t = 0;
+    while t < 3_000 {
+        let r = a.rate().unwrap();
+        a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
+        t += 100;
+    }
+    assert!((a.rate().unwrap() - fair).abs() < 1e-6, "{:?}", a.rate());
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 0.0, 0.0)
+    });
+    let first = a.rate().unwrap();
+    assert!((first - 0.5 * fair).abs() < 0.5, "{first} vs {fair}");
+    // The next event, after the cooldown: by `decrease`, from the lower of
+    // the rate and what was accepted.
+    t += 1_100;
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 0.0, 0.0)
+    });
+    let second = a.rate().unwrap();
+    assert!(
+        second >= 0.9 * 0.6 * first && second <= 0.9 * first + 1e-9,
+        "{first} -> {second}"
+    );
 }
 
 #[test]
@@ -94,16 +128,20 @@ fn a_capacity_cut_already_met_as_throttles_is_not_applied_twice() {
         a.after_attempt(&at(ms, true, 10.0, Some(200.0)));
     }
     let cut = a.rate().unwrap();
-    // Three events below the share: the third is settled (0.8).
+    // Three events: the first, at the share, halves the rate (98); the
+    // second, below the share within settle_s, settles it, and it and the
+    // third cut by 0.8 (the test's table throttles every answer for 2 s
+    // whatever the rate): 62.7.
     assert!(
-        (80.0..=95.0).contains(&cut),
-        "cut to 0.8-0.9 x accepted, got {cut}"
+        (60.0..=70.0).contains(&cut),
+        "halved, then cut twice by 0.8, got {cut}"
     );
     // The poll reports 100: capped at 98, not halved again to 45.
     a.after_attempt(&at(5100, false, 10.0, Some(100.0)));
     assert!((a.rate().unwrap() - cut).abs() < 1.0, "{:?}", a.rate());
-    // And back at the new share within about fast_recovery_s (from 0.8).
-    for ms in (5200..=13_000).step_by(100) {
+    // And back at the new share one decrease's worth (9.8) per
+    // fast_recovery_s: (98 - 62.7) / 9.8 x 5 s = 18 s.
+    for ms in (5200..=24_000).step_by(100) {
         a.after_attempt(&at(ms, false, 9.0, Some(100.0)));
     }
     assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
