@@ -27,14 +27,16 @@ use crate::throttle::{Feedback, Metrics, Strategy};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Throttled {
     No,
-    /// By the table: some refusal not read as a key range's (a
-    /// table-level reason, or the table ran out).
+    /// By the table: no refusal read as a key range's (a table-level
+    /// reason, or the table ran out).
     Table,
     /// Only by key ranges, on keys the hot range did not pace yet, while it
     /// held others back (see `Feedback::key_range`).
     KeyRange,
-    /// By the table or by key ranges, key ranges among them (on keys the
-    /// hot range did not pace yet), while it held nothing back (see
+    /// Key ranges refused some of it, and it is the table's signal still
+    /// (the table refused the rest, or the keys were new to the hot range
+    /// while it held nothing back): the table's rate slows as for `Table`,
+    /// but the answer is no clean measure of its capacity (see
     /// `Feedback::range_read`).
     NewKeys,
 }

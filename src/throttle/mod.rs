@@ -53,10 +53,9 @@ pub struct Feedback {
     /// (Implies `throttled`.)
     pub key_range: bool,
     /// Throttled, and key ranges refused some of it (read as for
-    /// `key_range`), on keys not paced apart yet, while the hot range held
-    /// nothing back: a signal for the table's rate still, but not a clean
-    /// one of the table's capacity. (Implies `throttled`; never with
-    /// `key_range`.)
+    /// `key_range`), yet not `key_range`: a signal for the table's rate
+    /// still, but not a clean one of the table's capacity (the first
+    /// event's halving skips it). (Implies `throttled`.)
     pub range_read: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
