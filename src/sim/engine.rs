@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
 use crate::throttle::control::{burst_for, REMAINING_WINDOW};
-use crate::throttle::pace::{Pacer, Slots};
+use crate::throttle::pace::{within_room, Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
@@ -297,7 +297,7 @@ impl<'a> Run<'a> {
         let mut left = match cl.to_pace {
             Some(l) => l,
             None => {
-                let limit = cl.strategy.max_request_units();
+                let limit = within_room(cl.strategy.max_request_units(), cl.pacer.slot_room());
                 cl.sending = leading_within(cl.pending.iter().copied(), limit);
                 cl.pending[..cl.sending].iter().sum::<f64>().ceil() as u32
             }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
-use crate::throttle::pace::{Pacer, Slots};
+use crate::throttle::pace::{within_room, Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
@@ -324,8 +324,10 @@ impl Control {
     }
 
     /// The most units one request should carry (None: a whole batch).
+    /// Slotted, no more than the pacer can release before its part ends.
     pub fn max_request_units(&self) -> Option<f64> {
-        self.strategy.lock().max_request_units()
+        let limit = self.strategy.lock().max_request_units();
+        within_room(limit, self.pacer.slot_room())
     }
 
     /// Reports an attempt: `accepted_units` consumed (ConsumedCapacity), of

@@ -438,8 +438,8 @@ impl Adaptive {
     /// with a 1 s bucket: 85-91% of the capacity together, 6.6-8.4%
     /// throttled, against 90-96% and 3.7% without slots). So after
     /// `SLOT_GRACE` slotted, every `SLOT_TRIAL` answers are a trial: more
-    /// than `SLOT_THROTTLED` of them throttled ends the slots for
-    /// `SLOTS_OFF`.
+    /// than `SLOT_THROTTLED` of them throttled (this client's own probes of
+    /// the request size aside) ends the slots for `SLOTS_OFF`.
     fn watch_slots(&mut self, fb: &Feedback) {
         if self.slots_off_until.is_some_and(|u| fb.now >= u) {
             self.slots_off_until = None;
@@ -453,8 +453,12 @@ impl Adaptive {
         if fb.now < since + SLOT_GRACE {
             return;
         }
+        // A partial answer to this client's own probe of the request size
+        // (regrowth past what the table has admitted at once) says nothing
+        // of other writers.
+        let probe = self.size.probes(fb.sent_units);
         self.slot_trial.0 += 1;
-        self.slot_trial.1 += u32::from(fb.throttled && !fb.key_range);
+        self.slot_trial.1 += u32::from(fb.throttled && !fb.key_range && !probe);
         let (n, throttled) = self.slot_trial;
         if n >= SLOT_TRIAL {
             if f64::from(throttled) > SLOT_THROTTLED * f64::from(n) {

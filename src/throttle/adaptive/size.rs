@@ -139,6 +139,13 @@ impl RequestSize {
         self.proven.filter(|_| self.limited)
     }
 
+    /// Whether a request of `sent` units is larger than any size proven
+    /// since the last size signal: a partial answer to it is this client's
+    /// own probe of what the server admits at once.
+    pub fn probes(&self, sent: f64) -> bool {
+        self.proven.is_none_or(|p| sent > p + 1e-9)
+    }
+
     /// One answer: `sent` units asked for, `accepted` written; `slow`: the
     /// client was pacing far below its share of the capacity. Returns true
     /// if it was a size signal: partial, for a request larger than any size
@@ -157,7 +164,7 @@ impl RequestSize {
             if accepted <= 0.0 || accepted >= sent {
                 return false; // nothing admitted: no size learned
             }
-            let probe = self.proven.is_none_or(|p| sent > p + 1e-9);
+            let probe = self.probes(sent);
             let admitted = accepted.max(1.0);
             if probe || slow {
                 // The server admitted this much at once; and, unless slow,

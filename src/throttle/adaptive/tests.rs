@@ -629,6 +629,30 @@ fn time_slots_still_throttled_in_their_parts_end_for_five_minutes() {
 }
 
 #[test]
+fn partial_answers_to_its_own_size_probes_do_not_end_the_slots() {
+    // 200 WCU/s; a partial answer admitting 10 units at once: slotted.
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&third_of_200(0, 50.0, 10.0));
+    assert!(a.slotted());
+    // One answer in ten is to a request larger than the table has shown
+    // it admits at once (regrowth), and comes back partial: this client's
+    // own probe, not another writer in its parts. Ten trials on, still
+    // slotted (counted as throttles, one in ten ended the slots at the
+    // first trial: `ingest sim`, shallow-bucket with 3 clients, seed 5).
+    let mut t = 100;
+    for i in 0..500 {
+        let (sent, written) = if i % 10 == 9 {
+            (13.0, 10.0)
+        } else {
+            (10.0, 10.0)
+        };
+        a.after_attempt(&third_of_200(t, sent, written));
+        assert!(a.slotted(), "answer {i}");
+        t += 100;
+    }
+}
+
+#[test]
 fn a_partial_answer_after_a_larger_whole_one_keeps_requests_to_the_share() {
     // 30 units admitted whole, then a partial answer to 50 admitting 10:
     // the server has shown it admits 30 at once (a deep bucket another
