@@ -20,7 +20,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
-use crate::throttle::control::{burst_for, REMAINING_WINDOW};
+use crate::throttle::control::{burst_for, pacing_burst, REMAINING_WINDOW};
 use crate::throttle::pace::{within_room, Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
@@ -362,13 +362,17 @@ impl<'a> Run<'a> {
         };
         let d = cl.strategy.after_attempt(&fb);
         if let Some(r) = cl.strategy.rate() {
-            let size = cl.strategy.max_request_units();
             let slots = cl
                 .strategy
                 .slotted()
                 .then(|| cl.slot_parts.clone())
                 .flatten()
                 .map(Slots::new);
+            let size = pacing_burst(
+                cl.strategy.max_request_units(),
+                cl.strategy.admits_at_once(),
+                slots.as_ref(),
+            );
             cl.pacer.steer(Some(r), burst_for(size), slots);
         }
         self.out.attempts.push(Attempt {

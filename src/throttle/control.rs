@@ -195,7 +195,7 @@ impl Control {
     /// Never lets the job write more than `budget` to the table.
     pub fn with_budget(mut self, budget: Budget) -> Self {
         self.budget = budget;
-        self.steer(None);
+        self.steer();
         self
     }
 
@@ -243,8 +243,7 @@ impl Control {
     /// unknown; see [`Slots`]).
     pub fn set_slot_parts(&self, parts: Option<Vec<(f64, f64)>>) {
         *self.slot_parts.lock() = parts;
-        let size = self.strategy.lock().max_request_units();
-        self.steer(size);
+        self.steer();
     }
 
     /// The time slots the pacer keeps to now (None: any time).
@@ -264,29 +263,31 @@ impl Control {
         let capacity = self.capacity_seen();
         let share = *self.share.lock();
         let warm = *self.warm.lock();
-        let size = {
+        {
             let mut s = self.strategy.lock();
             s.hint(capacity, share);
             s.warm(warm);
-            s.max_request_units()
-        };
-        self.steer(size);
+        }
+        self.steer();
     }
 
     /// Sets the pacer to the strategy's rate (or the fixed one), never above
     /// the budget x this worker's share; leaves it alone when neither sets a
-    /// rate. A request size smaller than the burst also bounds the burst, so
+    /// rate. The strategy's pacing burst (its request size limit, or
+    /// slotted what the server admits at once) also bounds the burst, so
     /// requests sized to what the server admits at once do not leave back
     /// to back (only rate strategies size their requests).
-    fn steer(&self, size: Option<f64>) {
-        let (rate, slotted) = {
+    fn steer(&self) {
+        let (rate, slotted, limit, once) = {
             let s = self.strategy.lock();
-            (s.rate().or(self.fixed_rate), s.slotted())
+            let rate = s.rate().or(self.fixed_rate);
+            (rate, s.slotted(), s.max_request_units(), s.admits_at_once())
         };
         let slots = slotted
             .then(|| self.slot_parts.lock().clone())
             .flatten()
             .map(Slots::new);
+        let size = pacing_burst(limit, once, slots.as_ref());
         let cap = self
             .budget
             .worker_cap(*self.capacity.lock(), *self.share.lock());
@@ -365,9 +366,8 @@ impl Control {
         }
         let mut s = self.strategy.lock();
         let delay = s.after_attempt(&fb);
-        let size = s.max_request_units();
         drop(s);
-        self.steer(size);
+        self.steer();
         delay
     }
 
@@ -403,6 +403,24 @@ impl Control {
     }
 }
 
+/// The most units the pacer should release at once (None: the configured
+/// burst): the request size `limit`, so that requests sized to what the
+/// server admits at once do not leave back to back. Within time slots that
+/// are in force (a part of the period, not all of it) a client is alone in
+/// its parts: requests smaller than what the server has shown it admits at
+/// once (`once`) may then leave back to back up to that much, which also
+/// absorbs the timer's late wake-ups (a limiter as deep as one request has
+/// none: in `make bench-dynamodb`, requests of 2 units on a 5-unit bucket
+/// went at 163 of the 196 units/s asked).
+pub fn pacing_burst(limit: Option<f64>, once: Option<f64>, slots: Option<&Slots>) -> Option<f64> {
+    match (limit, once) {
+        (Some(l), Some(o)) if slots.is_some_and(|s| s.width() > 0.0 && s.width() < 1.0) => {
+            Some(l.max(o))
+        }
+        _ => limit,
+    }
+}
+
 /// The pacer burst for a request size limit (None: the configured one).
 pub fn burst_for(size: Option<f64>) -> u32 {
     size.map_or(u32::MAX, |u| u.floor() as u32)
@@ -415,6 +433,21 @@ mod tests {
 
     fn burst() -> NonZeroU32 {
         NonZeroU32::new(25).unwrap()
+    }
+
+    #[test]
+    fn within_slots_in_force_the_pacer_releases_up_to_what_the_server_admits_at_once() {
+        let third = Slots::new(vec![(0.0, 1.0 / 3.0)]);
+        let whole = Slots::new(vec![(0.0, 1.0)]);
+        // Requests of 2.5 units on a table that admits 5 at once: alone in
+        // its parts, two may leave back to back.
+        assert_eq!(pacing_burst(Some(2.5), Some(5.0), Some(&third)), Some(5.0));
+        // Not slotted, or the whole period (one worker): the request size.
+        assert_eq!(pacing_burst(Some(2.5), Some(5.0), None), Some(2.5));
+        assert_eq!(pacing_burst(Some(2.5), Some(5.0), Some(&whole)), Some(2.5));
+        // Never below the request size; no limit, no burst limit.
+        assert_eq!(pacing_burst(Some(8.0), Some(5.0), Some(&third)), Some(8.0));
+        assert_eq!(pacing_burst(None, Some(5.0), Some(&third)), None);
     }
 
     #[test]

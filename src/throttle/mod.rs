@@ -130,6 +130,12 @@ pub trait Strategy: Send + std::fmt::Debug {
         None
     }
 
+    /// The most the server has shown it admits at once, if it has shown a
+    /// limit (see [`control::pacing_burst`]).
+    fn admits_at_once(&self) -> Option<f64> {
+        None
+    }
+
     /// Whether requests should keep to the fleet's time slots (see
     /// [`pace::Slots`]): the server has shown it admits too little at once
     /// for peers' requests to meet without throttles.

@@ -712,6 +712,10 @@ impl Strategy for Adaptive {
         self.size.limit().filter(|_| self.cfg.shrink_requests)
     }
 
+    fn admits_at_once(&self) -> Option<f64> {
+        self.size.admits_at_once()
+    }
+
     fn slotted(&self) -> bool {
         // Not where a request as large was admitted whole lately: a size
         // signal while slow keeps only half of that (`size`), and a deep
