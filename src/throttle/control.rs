@@ -411,12 +411,15 @@ impl Control {
 /// once (`once`) may then leave back to back up to that much, which also
 /// absorbs the timer's late wake-ups (a limiter as deep as one request has
 /// none: in `make bench-dynamodb`, requests of 2 units on a 5-unit bucket
-/// went at 163 of the 196 units/s asked).
+/// went at 163 of the 196 units/s asked). A worker alone in its group (its
+/// part is the whole period) gets one unit of that slack, within what the
+/// server admits at once: it has no part to itself, and the unit is what
+/// a late wake-up costs at such a pace.
 pub fn pacing_burst(limit: Option<f64>, once: Option<f64>, slots: Option<&Slots>) -> Option<f64> {
+    let width = slots.map_or(0.0, Slots::width);
     match (limit, once) {
-        (Some(l), Some(o)) if slots.is_some_and(|s| s.width() > 0.0 && s.width() < 1.0) => {
-            Some(l.max(o))
-        }
+        (Some(l), Some(o)) if width > 0.0 && width < 1.0 => Some(l.max(o)),
+        (Some(l), Some(o)) if width >= 1.0 => Some(l.max((l + 1.0).min(o))),
         _ => limit,
     }
 }
@@ -442,9 +445,12 @@ mod tests {
         // Requests of 2.5 units on a table that admits 5 at once: alone in
         // its parts, two may leave back to back.
         assert_eq!(pacing_burst(Some(2.5), Some(5.0), Some(&third)), Some(5.0));
-        // Not slotted, or the whole period (one worker): the request size.
+        // Not slotted: the request size; the whole period (one worker):
+        // one unit more, within what the server admits at once.
         assert_eq!(pacing_burst(Some(2.5), Some(5.0), None), Some(2.5));
-        assert_eq!(pacing_burst(Some(2.5), Some(5.0), Some(&whole)), Some(2.5));
+        assert_eq!(pacing_burst(Some(2.5), Some(5.0), Some(&whole)), Some(3.5));
+        assert_eq!(pacing_burst(Some(4.5), Some(5.0), Some(&whole)), Some(5.0));
+        assert_eq!(pacing_burst(Some(5.0), Some(5.0), Some(&whole)), Some(5.0));
         // Never below the request size; no limit, no burst limit.
         assert_eq!(pacing_burst(Some(8.0), Some(5.0), Some(&third)), Some(8.0));
         assert_eq!(pacing_burst(None, Some(5.0), Some(&third)), None);
