@@ -20,8 +20,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
-use crate::throttle::control::{burst_for, pacing_burst, REMAINING_WINDOW};
-use crate::throttle::pace::{within_room, Pacer, Slots};
+use crate::throttle::control::{slots_and_burst, REMAINING_WINDOW};
+use crate::throttle::pace::Pacer;
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
@@ -297,7 +297,7 @@ impl<'a> Run<'a> {
         let mut left = match cl.to_pace {
             Some(l) => l,
             None => {
-                let limit = within_room(cl.strategy.max_request_units(), cl.pacer.slot_room());
+                let limit = cl.pacer.request_limit(cl.strategy.max_request_units());
                 cl.sending = leading_within(cl.pending.iter().copied(), limit);
                 cl.pending[..cl.sending].iter().sum::<f64>().ceil() as u32
             }
@@ -362,18 +362,8 @@ impl<'a> Run<'a> {
         };
         let d = cl.strategy.after_attempt(&fb);
         if let Some(r) = cl.strategy.rate() {
-            let slots = cl
-                .strategy
-                .slotted()
-                .then(|| cl.slot_parts.clone())
-                .flatten()
-                .map(Slots::new);
-            let size = pacing_burst(
-                cl.strategy.max_request_units(),
-                cl.strategy.admits_at_once(),
-                slots.as_ref(),
-            );
-            cl.pacer.steer(Some(r), burst_for(size), slots);
+            let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
+            cl.pacer.steer(Some(r), burst, slots);
         }
         self.out.attempts.push(Attempt {
             client: id as u32,

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
-use crate::throttle::pace::{within_room, Pacer, Slots};
+use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
@@ -278,21 +278,19 @@ impl Control {
     /// requests sized to what the server admits at once do not leave back
     /// to back (only rate strategies size their requests).
     fn steer(&self) {
-        let (rate, slotted, limit, once) = {
+        let (rate, (slots, burst)) = {
             let s = self.strategy.lock();
-            let rate = s.rate().or(self.fixed_rate);
-            (rate, s.slotted(), s.max_request_units(), s.admits_at_once())
+            let parts = self.slot_parts.lock();
+            (
+                s.rate().or(self.fixed_rate),
+                slots_and_burst(&**s, parts.as_deref()),
+            )
         };
-        let slots = slotted
-            .then(|| self.slot_parts.lock().clone())
-            .flatten()
-            .map(Slots::new);
-        let size = pacing_burst(limit, once, slots.as_ref());
         let cap = self
             .budget
             .worker_cap(*self.capacity.lock(), *self.share.lock());
         if let Some(rate) = lower(rate, cap) {
-            self.pacer.steer(Some(rate), burst_for(size), slots);
+            self.pacer.steer(Some(rate), burst, slots);
         }
     }
 
@@ -328,7 +326,7 @@ impl Control {
     /// Slotted, no more than the pacer can release before its part ends.
     pub fn max_request_units(&self) -> Option<f64> {
         let limit = self.strategy.lock().max_request_units();
-        within_room(limit, self.pacer.slot_room())
+        self.pacer.request_limit(limit)
     }
 
     /// Reports an attempt: `accepted_units` consumed (ConsumedCapacity), of
@@ -424,6 +422,17 @@ pub fn pacing_burst(limit: Option<f64>, once: Option<f64>, slots: Option<&Slots>
     }
 }
 
+/// What a strategy asks of its pacer besides the rate: the time slots it
+/// keeps to (this worker's `parts` of the period, when the strategy keeps
+/// to slots and the parts are known) and the burst ([`pacing_burst`]).
+pub fn slots_and_burst(s: &dyn Strategy, parts: Option<&[(f64, f64)]>) -> (Option<Slots>, u32) {
+    let slots = parts
+        .filter(|_| s.slotted())
+        .map(|p| Slots::new(p.to_vec()));
+    let size = pacing_burst(s.max_request_units(), s.admits_at_once(), slots.as_ref());
+    (slots, burst_for(size))
+}
+
 /// The pacer burst for a request size limit (None: the configured one).
 pub fn burst_for(size: Option<f64>) -> u32 {
     size.map_or(u32::MAX, |u| u.floor() as u32)
@@ -454,6 +463,28 @@ mod tests {
         // Never below the request size; no limit, no burst limit.
         assert_eq!(pacing_burst(Some(8.0), Some(5.0), Some(&third)), Some(8.0));
         assert_eq!(pacing_burst(None, Some(5.0), Some(&third)), None);
+    }
+
+    #[test]
+    fn a_slotted_strategy_asks_its_pacer_for_its_parts_and_what_the_table_admits_at_once() {
+        // A third of a 200 WCU/s table that admitted 10 of 50 units at once
+        // (under a tenth of a second: slotted), then 5 of 10 (within that:
+        // a rate signal, requests halve to 5).
+        let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        c.set_capacity(Some(200.0));
+        c.set_share(Some(1.0 / 3.0));
+        c.after_attempt(Throttled::Table, 10.0, 50.0, 10.0);
+        c.after_attempt(Throttled::Table, 5.0, 10.0, 5.0);
+        let s = c.strategy.lock();
+        assert!(s.slotted());
+        assert_eq!(s.max_request_units(), Some(5.0));
+        let third = [(0.0, 1.0 / 3.0)];
+        let (slots, burst) = slots_and_burst(&**s, Some(&third));
+        assert_eq!(slots, Some(Slots::new(third.to_vec())));
+        assert_eq!(burst, 10, "within its parts: what the table admits at once");
+        assert_eq!(slots_and_burst(&**s, None), (None, 5), "parts unknown");
+        let (_, burst) = slots_and_burst(&**s, Some(&[(0.0, 1.0)]));
+        assert_eq!(burst, 6, "alone in its group: one unit of slack");
     }
 
     #[test]
