@@ -156,6 +156,15 @@ fn the_throttle_strategy_is_chosen_by_name_and_defaults_to_adaptive() {
         e.contains("throttle.strategy") && e.contains("up_multiplier = 0.5: must be >= 1"),
         "{e}"
     );
+    // A first cut that would not cut (or would stop) is refused by name.
+    let text = format!(
+        "{MINIMAL}\n[throttle]\nstrategy = {{ name = \"adaptive\", first_decrease = 1.0 }}"
+    );
+    let e = load(&text, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("throttle.strategy") && e.contains("first_decrease = 1: must be in (0, 1)"),
+        "{e}"
+    );
 }
 
 #[test]
