@@ -40,7 +40,7 @@ use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
-use crate::throttle::adaptive::size::leading_within;
+use crate::throttle::adaptive::size::{leading_within, Room};
 use crate::throttle::control::{Control, Throttled};
 use crate::throttle::hot::{self, key_range_refused, Sent};
 use crate::throttle::simple::Exponential;
@@ -529,27 +529,35 @@ struct Heard {
 /// The next request out of `remaining` (the rest after it), within the
 /// table's request size: hot keys' slots first, each only as the hot range's
 /// pace lets it go (hot units leave spread, not in bursts), then the cold
-/// ones (slots behind held hot ones are not held up; the cold ones after the
-/// hot tell a table that ran out from a key range). When only hot slots are
-/// left and none may go yet, the request is empty and the wait is returned.
+/// ones, from anywhere in the batch (slots behind held hot ones are not held
+/// up, nor is the request's room left to them: with half a batch's keys hot
+/// and requests of five units, the held hot slots took most of each
+/// request's room, and the cold ones left one or two a request, at a rate
+/// of requests the job could not exceed). The cold ones after the hot tell
+/// a table that ran out from a key range. When only hot slots are left and
+/// none may go yet, the request is empty and the wait is returned.
 fn compose(ctl: &Control, mut remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
     let limit = ctl.max_request_units();
-    let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
-    let rest = remaining.split_off(n);
     let hot = ctl.which_hot(remaining.iter().map(|s| partition_part(&s.key)));
     if !hot.contains(&true) {
+        let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
+        let rest = remaining.split_off(n);
         return (remaining, rest, Duration::ZERO);
     }
+    let mut room = Room::new(limit);
     let (mut send, mut cold, mut held) = (Vec::new(), Vec::new(), Vec::new());
     let mut wait = None;
     for (slot, h) in remaining.into_iter().zip(hot) {
         if !h {
             cold.push(slot);
-        } else if wait.is_some() {
+        } else if wait.is_some() || !room.fits(f64::from(slot.wcu())) {
             held.push(slot);
         } else {
             match ctl.hot_admit(slot.wcu()) {
-                Ok(()) => send.push(slot),
+                Ok(()) => {
+                    room.take(f64::from(slot.wcu()));
+                    send.push(slot);
+                }
                 Err(w) => {
                     wait = Some(w);
                     held.push(slot);
@@ -557,13 +565,21 @@ fn compose(ctl: &Control, mut remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Du
             }
         }
     }
-    send.append(&mut cold);
+    let mut later = Vec::new();
+    for slot in cold {
+        if later.is_empty() && room.fits(f64::from(slot.wcu())) {
+            room.take(f64::from(slot.wcu()));
+            send.push(slot);
+        } else {
+            later.push(slot);
+        }
+    }
     let wait = if send.is_empty() {
         wait.unwrap_or_default()
     } else {
         Duration::ZERO
     };
-    (send, joined(held, rest), wait)
+    (send, joined(held, later), wait)
 }
 
 /// `a` then `b`.

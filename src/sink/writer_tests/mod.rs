@@ -612,3 +612,41 @@ async fn a_table_that_runs_out_is_heard_by_the_table_not_the_hot_range() {
         after.pacing_rate
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn hot_slots_held_back_leave_the_requests_room_to_the_cold_ones() {
+    // A hot range is found (h0-h3 refused, the cold items after them
+    // written); then the table admits 4 items at once.
+    let mut s = hot_setup(|n, items| match n {
+        1 => admitting_first(4, items),
+        _ => BatchOutcome::default(),
+    });
+    let first = s.batch(&values(&["h0", "h1", "h2", "h3", "c0", "c1", "c2", "c3"]));
+    s.write(first).await.unwrap();
+    let cold: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let cold: Vec<&str> = cold.iter().map(String::as_str).collect();
+    let sized = s.batch(&values(&cold));
+    s.write(sized).await.unwrap();
+    assert_eq!(s.ctl.max_request_units(), Some(4.0), "requests of 4 units");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Four hot keys first in the batch, only some of them due at once: the
+    // held ones do not take the request's room.
+    let before = s.sink.calls().len();
+    let next = s.batch(&values(&[
+        "h0", "h1", "h2", "h3", "d0", "d1", "d2", "d3", "d4", "d5",
+    ]));
+    s.write(next).await.unwrap();
+    let calls = s.sink.calls();
+    let first_of_batch = &calls[before].ids;
+    assert_eq!(first_of_batch.len(), 4, "{first_of_batch:?}");
+    assert_eq!(first_of_batch[0], "h0", "the due hot item first");
+    let cold_requests = calls[before..]
+        .iter()
+        .filter(|c| c.ids.iter().any(|id| id.starts_with('d')))
+        .count();
+    assert!(
+        cold_requests <= 3,
+        "six cold items in requests of four, beside hot ones as they come due: {:?}",
+        calls[before..].iter().map(|c| &c.ids).collect::<Vec<_>>()
+    );
+}

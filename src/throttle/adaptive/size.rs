@@ -205,19 +205,42 @@ impl RequestSize {
 /// How many of the leading items (by cost) one request takes under `limit`:
 /// as many as fit, and always at least one.
 pub fn leading_within(costs: impl IntoIterator<Item = f64>, limit: Option<f64>) -> usize {
-    let Some(limit) = limit else {
-        return costs.into_iter().count();
-    };
-    let mut sum = 0.0;
-    let mut n = 0;
+    let mut room = Room::new(limit);
     for c in costs {
-        sum += c;
-        if n > 0 && sum > limit + 1e-9 {
+        if !room.fits(c) {
             break;
         }
-        n += 1;
+        room.take(c);
     }
-    n
+    room.items
+}
+
+/// What is left of one request's size as items are put in it: an item fits
+/// if the request stays under `limit`, and the first always does.
+#[derive(Debug, Clone, Copy)]
+pub struct Room {
+    limit: Option<f64>,
+    used: f64,
+    items: usize,
+}
+
+impl Room {
+    pub fn new(limit: Option<f64>) -> Self {
+        Self {
+            limit,
+            used: 0.0,
+            items: 0,
+        }
+    }
+
+    pub fn fits(&self, cost: f64) -> bool {
+        self.items == 0 || self.limit.is_none_or(|l| self.used + cost <= l + 1e-9)
+    }
+
+    pub fn take(&mut self, cost: f64) {
+        self.used += cost;
+        self.items += 1;
+    }
 }
 
 #[cfg(test)]
