@@ -531,7 +531,7 @@ struct Heard {
 /// pace lets it go (hot units leave spread, not in bursts), then the cold
 /// ones, from anywhere in the batch (slots behind held hot ones are not held
 /// up, nor is the request's room left to them: with half a batch's keys hot
-/// and requests of five units, the held hot slots took most of each
+/// and requests of a few units, the held hot slots took most of each
 /// request's room, and the cold ones left one or two a request, at a rate
 /// of requests the job could not exceed). The cold ones after the hot tell
 /// a table that ran out from a key range. When only hot slots are left and
