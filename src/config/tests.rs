@@ -139,8 +139,11 @@ fn the_throttle_strategy_is_chosen_by_name_and_defaults_to_adaptive() {
     let s = load(MINIMAL, &[]).unwrap();
     assert_eq!(s.throttle.strategy.name(), "adaptive");
     assert_eq!(s.throttle.sdk_retry_mode, SdkRetryMode::Off);
-    let text = format!("{MINIMAL}\n[throttle]\nstrategy = {{ name = \"autosleeper\", randomization_factor = 0.1 }}");
-    let s = load(&text, &[]).unwrap();
+    let s = load(
+        &with_strategy("name = \"autosleeper\", randomization_factor = 0.1"),
+        &[],
+    )
+    .unwrap();
     assert_eq!(s.throttle.strategy.name(), "autosleeper");
     let s = load(
         MINIMAL,
@@ -148,23 +151,24 @@ fn the_throttle_strategy_is_chosen_by_name_and_defaults_to_adaptive() {
     )
     .unwrap();
     assert_eq!(s.throttle.strategy.name(), "heroku-gradual");
-    let text = format!(
-        "{MINIMAL}\n[throttle]\nstrategy = {{ name = \"autosleeper\", up_multiplier = 0.5 }}"
-    );
-    let e = load(&text, &[]).unwrap_err().to_string();
+    // A setting out of its range is refused by name, with the rule.
+    let refused = |inline: &str| load(&with_strategy(inline), &[]).unwrap_err().to_string();
+    let e = refused("name = \"autosleeper\", up_multiplier = 0.5");
     assert!(
         e.contains("throttle.strategy") && e.contains("up_multiplier = 0.5: must be >= 1"),
         "{e}"
     );
-    // A first cut that would not cut (or would stop) is refused by name.
-    let text = format!(
-        "{MINIMAL}\n[throttle]\nstrategy = {{ name = \"adaptive\", first_decrease = 1.0 }}"
-    );
-    let e = load(&text, &[]).unwrap_err().to_string();
+    // A first cut that would not cut (or would stop).
+    let e = refused("name = \"adaptive\", first_decrease = 1.0");
     assert!(
         e.contains("throttle.strategy") && e.contains("first_decrease = 1: must be in (0, 1)"),
         "{e}"
     );
+}
+
+/// The minimal config with `[throttle] strategy = { inline }`.
+fn with_strategy(inline: &str) -> String {
+    format!("{MINIMAL}\n[throttle]\nstrategy = {{ {inline} }}")
 }
 
 #[test]
