@@ -40,7 +40,7 @@ use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
-use crate::throttle::adaptive::size::{leading_within, Room};
+use crate::throttle::adaptive::size::Room;
 use crate::throttle::control::{Control, Throttled};
 use crate::throttle::hot::{self, key_range_refused, Sent};
 use crate::throttle::simple::Exponential;
@@ -536,26 +536,21 @@ struct Heard {
 /// of requests the job could not exceed). The cold ones after the hot tell
 /// a table that ran out from a key range. When only hot slots are left and
 /// none may go yet, the request is empty and the wait is returned.
-fn compose(ctl: &Control, mut remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
-    let limit = ctl.max_request_units();
+fn compose(ctl: &Control, remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
     let hot = ctl.which_hot(remaining.iter().map(|s| partition_part(&s.key)));
-    if !hot.contains(&true) {
-        let n = leading_within(remaining.iter().map(|s| f64::from(s.wcu())), limit);
-        let rest = remaining.split_off(n);
-        return (remaining, rest, Duration::ZERO);
-    }
-    let mut room = Room::new(limit);
+    let mut room = Room::new(ctl.max_request_units());
     let (mut send, mut cold, mut held) = (Vec::new(), Vec::new(), Vec::new());
     let mut wait = None;
     for (slot, h) in remaining.into_iter().zip(hot) {
+        let units = f64::from(slot.wcu());
         if !h {
             cold.push(slot);
-        } else if wait.is_some() || !room.fits(f64::from(slot.wcu())) {
+        } else if wait.is_some() || !room.fits(units) {
             held.push(slot);
         } else {
             match ctl.hot_admit(slot.wcu()) {
                 Ok(()) => {
-                    room.take(f64::from(slot.wcu()));
+                    room.take(units);
                     send.push(slot);
                 }
                 Err(w) => {
@@ -565,10 +560,13 @@ fn compose(ctl: &Control, mut remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Du
             }
         }
     }
+    // The cold ones as many as fit, in order (all of a batch's slots when
+    // none is hot, as `leading_within` counts them).
     let mut later = Vec::new();
     for slot in cold {
-        if later.is_empty() && room.fits(f64::from(slot.wcu())) {
-            room.take(f64::from(slot.wcu()));
+        let units = f64::from(slot.wcu());
+        if later.is_empty() && room.fits(units) {
+            room.take(units);
             send.push(slot);
         } else {
             later.push(slot);
