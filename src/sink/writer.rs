@@ -374,6 +374,7 @@ impl Writer {
                 by_table |= !by_range[i];
             }
         }
+        range.cold_refused = (0..send.len()).any(|i| refused[i] && !hot[i]);
         let by_range_refused = !range.refused.is_empty();
         if hot.contains(&true) || by_range_refused {
             if let Some((change, keys, rate)) = ctl.hot_answer(range) {

@@ -24,7 +24,15 @@
 //!   `DECREASE` x the rate in one event (cold keys of the hot partition, not
 //!   yet refused, may be what took it), at most once per [`COOLDOWN`] (by then
 //!   a young range can be measured) and only for requests sent after the
-//!   last cut (the others left at the rate already cut); the refused units go
+//!   last cut (the others left at the rate already cut); except that within
+//!   [`WINDOW`] of its finding (nothing measures it yet) a range refused
+//!   alone (no key that was not hot refused with it) for a request sent
+//!   after a cut, which was blind, is cut again at once, by `DECREASE`
+//!   (at the start a worker's range, found at 178 units/s on a partition of
+//!   50, took 56 refused requests in a second to come down at one cut per
+//!   cooldown; where cold keys are refused too, the partitions ran out
+//!   beyond the range: a build that cut it again then as well left ranges
+//!   at 4-9 units/s for 15-20 s); the refused units go
 //!   again only once the new rate has paid for them (the partition, drained,
 //!   refills meanwhile). It climbs back to that level along a CUBIC curve
 //!   over [`PROBE`], then slowly past it, while the hot keys use it; past
@@ -162,6 +170,10 @@ pub struct Answer<'a> {
     /// Units of hot keys' items written.
     pub hot_written: f64,
     pub refused: Vec<Refused<'a>>,
+    /// Items of keys not hot when the request left were refused too (by
+    /// whichever reading): the partitions, or the table, ran out beyond the
+    /// range.
+    pub cold_refused: bool,
     /// The table's rate (units/s, written or paced), to start the range's
     /// rate from; 0 when unknown.
     pub table_rate: f64,
@@ -187,6 +199,8 @@ pub struct HotKeys {
     /// The level of the last cut (0: none since the range was found).
     w_max: f64,
     last_cut: Duration,
+    /// When the range was found.
+    found_at: Duration,
     /// Cuts in a row at about the same level (see [`MAX_DOUBLINGS`]).
     same_level: u32,
     /// The rate is the guess a range was found with, not yet met by a
@@ -215,6 +229,7 @@ impl Default for HotKeys {
             rate: None,
             w_max: 0.0,
             last_cut: Duration::ZERO,
+            found_at: Duration::ZERO,
             same_level: 0,
             guess: false,
             share: None,
@@ -326,7 +341,23 @@ impl HotKeys {
                 self.due = now;
                 self.cut(now, base, refused);
                 self.guess = true;
+                self.found_at = now;
                 return Some(Change::Found);
+            }
+            Some(rate)
+                if hot_refused
+                    && !a.cold_refused
+                    && a.sent >= self.last_cut
+                    && now.saturating_sub(self.last_cut) < COOLDOWN
+                    && now.saturating_sub(self.found_at) < WINDOW =>
+            {
+                // A young range refused again, alone, for a request sent
+                // after the last cut: that cut, blind, was not deep enough;
+                // the next goes at once, blind too (nothing measures the
+                // range yet), rather than after the cooldown.
+                self.cut(now, rate, refused);
+                self.guess = false;
+                return Some(Change::Cut);
             }
             Some(rate)
                 if hot_refused
@@ -489,6 +520,7 @@ mod tests {
                 units: 5.0,
                 was_hot,
             }],
+            cold_refused: !was_hot,
             table_rate: 200.0,
         }
     }
@@ -585,11 +617,34 @@ mod tests {
         h.answer(&again);
         let r2 = h.rate().unwrap();
         assert!((r2 - 0.64 * r).abs() < 0.1, "{r2} from {r}");
-        // Refused again within the cooldown: the same event.
+        // Refused again within the cooldown, for a request sent after the
+        // cut: the same event once the range is older than the window.
+        let mut late = refusal(4.5, "k", true);
+        late.sent = s(4.35);
+        h.answer(&late);
+        assert_eq!(h.rate(), Some(r2), "within the cooldown");
+        // A young range (found within the window) refused again within the
+        // cooldown: the same event for a request sent before the cut; for
+        // one sent after it, that blind cut was not deep enough, and the
+        // next comes at once.
         let mut young = HotKeys::default();
-        young.answer(&refusal(0.0, "k", false));
-        young.answer(&refusal(0.3, "k", true));
-        assert_eq!(young.rate(), Some(32.0));
+        young.answer(&refusal(0.1, "k", false));
+        let mut before = refusal(0.3, "k", true);
+        before.sent = s(0.05);
+        young.answer(&before);
+        assert_eq!(young.rate(), Some(32.0), "sent before the cut");
+        let mut after = refusal(0.4, "k", true);
+        after.sent = s(0.35);
+        young.answer(&after);
+        assert_eq!(young.rate(), Some(0.8 * 32.0), "sent after the cut");
+        // Unless keys not hot were refused with it: the partitions, or the
+        // table, ran out beyond the range (the start's storm), which says
+        // nothing of the range's rate.
+        let mut storm = refusal(0.45, "k", true);
+        storm.sent = s(0.42);
+        storm.cold_refused = true;
+        young.answer(&storm);
+        assert_eq!(young.rate(), Some(0.8 * 32.0), "cold keys refused too");
         // Refused again and again with nothing written: the floor holds.
         for i in 0..100 {
             h.answer(&refusal(6.0 + f64::from(i) * 1.1, "k", true));
@@ -756,6 +811,7 @@ mod tests {
                             was_hot: hot,
                         }]
                     },
+                    cold_refused: !ok && !hot,
                     table_rate: 200.0,
                 });
             }
