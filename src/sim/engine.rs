@@ -352,6 +352,7 @@ impl<'a> Run<'a> {
             throttled,
             key_range: false, // the simulator has no partitions
             range_read: false,
+            range_held: false,
             accepted_units: a.accepted_units,
             sent_units: units,
             written_units: a.accepted_units,

@@ -351,6 +351,7 @@ impl Control {
             throttled: throttled != Throttled::No,
             key_range: throttled == Throttled::KeyRange,
             range_read: throttled == Throttled::NewKeys,
+            range_held: self.hot_holds(),
             accepted_units,
             sent_units,
             written_units,

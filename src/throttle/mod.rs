@@ -57,6 +57,10 @@ pub struct Feedback {
     /// still, but not a clean one of the table's capacity (the first
     /// event's halving skips it). (Implies `throttled`.)
     pub range_read: bool,
+    /// The hot range held records back lately (see `hot::HotKeys::holds`):
+    /// records go in order, so what was accepted is partly the range's pace,
+    /// not a level of the table's free capacity.
+    pub range_held: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
     /// Capacity units the attempt asked for, by the items' own cost (no

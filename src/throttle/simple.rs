@@ -241,6 +241,7 @@ mod tests {
         throttled: true,
         key_range: false,
         range_read: false,
+        range_held: false,
         accepted_units: 0.0,
         sent_units: 0.0,
         written_units: 0.0,

@@ -16,7 +16,14 @@
 //!   the hot range did not pace yet while it held others back
 //!   (`Feedback::key_range`): the accepted rate is then the hot range's
 //!   pace, so the cut is `decrease` x the rate, and it neither settles the
-//!   rate nor teaches a request size or time slots.
+//!   rate nor teaches a request size or time slots. And whenever the hot
+//!   range held records back lately (`Feedback::range_held`), what was
+//!   accepted is partly its pace: a throttle then cuts from the rate, not
+//!   the accepted rate, and does not count toward a settle. (Six workers on
+//!   the hot range's 1,000 WCU/s table: the worker with the hottest key
+//!   cut its table rate from 298 to 29 units/s, the range's pace then, and
+//!   stayed settled at 14-29 for 60 s, under its range's own 43: the job
+//!   took 2.10x the bound.)
 //! - **Recover like CUBIC.** After a decrease, the rate climbs back toward the rate
 //!   of the last event (`w_max`), concave, reaching it after `probe_s` seconds. It
 //!   stays near it for a while, then probes beyond it, convex. Many independent
@@ -624,7 +631,9 @@ impl Strategy for Adaptive {
             } else {
                 0.0
             };
-            let base = if measured > 0.0 {
+            // While the hot range holds records back, what was accepted is
+            // its pace, not the table's: a plain cut from the rate.
+            let base = if measured > 0.0 && !fb.range_held {
                 self.rate.min(measured)
             } else {
                 self.rate
@@ -634,7 +643,9 @@ impl Strategy for Adaptive {
                 self.ceiling = Some((base * self.cfg.target_fraction, until));
             }
             if since.is_none_or(|s| s >= cooldown) {
-                self.note_event(fb.now, base, fair);
+                if !fb.range_held {
+                    self.note_event(fb.now, base, fair);
+                }
                 // Deeper once settled (this event included), so that the
                 // table's bucket, which the other writer keeps low, fills
                 // again before the next probe.

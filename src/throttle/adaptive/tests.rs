@@ -8,6 +8,7 @@ pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) ->
         throttled,
         key_range: false,
         range_read: false,
+        range_held: false,
         accepted_units: units,
         // As much as was accepted: no size learned (see the size tests).
         sent_units: units,
@@ -308,6 +309,38 @@ fn repeated_throttles_below_the_share_settle_the_rate_under_it() {
     // One event is a transient: fast recovery as before.
     let r = under_a_neighbour(AdaptiveConfig::default(), &events[..1], &probes);
     assert!((r[0] - fair).abs() < 0.01, "{r:?}");
+}
+
+#[test]
+fn while_the_hot_range_holds_records_a_throttle_cuts_from_the_rate_and_does_not_settle() {
+    // A third of a 200 WCU/s table; the job writes 20 units/s, the hot
+    // range's pace (its records wait on it), and is throttled at 3 s and
+    // 12 s. Returns the rate before and after the second event, and at 40 s.
+    let run = |held: bool| {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        let mut second = (0.0, 0.0);
+        for t in (0..=40_000).step_by(100) {
+            let mut fb = at(t, t == 3_000 || t == 12_000, 2.0, Some(200.0));
+            fb.share = Some(1.0 / 3.0);
+            fb.range_held = held;
+            let before = a.rate().unwrap();
+            a.after_attempt(&fb);
+            if t == 12_000 {
+                second = (before, a.rate().unwrap());
+            }
+        }
+        (second, a.rate().unwrap())
+    };
+    // What was accepted is the range's pace: cut from the rate, and no
+    // settle, so the rate climbs back.
+    let ((before, after), end) = run(true);
+    assert!((after - 0.9 * before).abs() < 1e-6, "{before} -> {after}");
+    assert!(end > 35.0, "{end}");
+    // Otherwise (another writer): down to 0.9 x what was accepted, settled
+    // there for settle_s.
+    let ((before, after), end) = run(false);
+    assert!(after < 19.0 && after < 0.9 * before, "{before} -> {after}");
+    assert!(end < 20.0, "{end}");
 }
 
 #[test]
