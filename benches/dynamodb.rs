@@ -226,6 +226,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "{}: every record written",
         v.label
     );
+    s.delete_table().await;
     json!({
         "scenario": "hot-range",
         "strategy": v.label,
@@ -335,6 +336,7 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
     let job_wcu: f64 = t.iter().map(|x| x[1]).sum();
     let free = CAPACITY - LIVE;
     let steady = steady_throttles(&st);
+    s.delete_table().await;
     json!({
         "scenario": Run::Live(budget).scenario(),
         "budget": budget,
@@ -414,6 +416,7 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     let steady = steady_throttles(&st);
     // Job a's workers, then job b's.
     let traces = [trace_rows(&ra.trace), trace_rows(&rb.trace)].concat();
+    a.delete_table().await;
     json!({
         "scenario": "two-jobs",
         "strategy": v.label,
@@ -483,6 +486,7 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
             })
         })
         .collect();
+    s.delete_table().await;
     json!({
         "scenario": if on_demand { "on-demand" } else { "capacity-step" },
         "strategy": v.label,
@@ -533,6 +537,7 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
         let on_timeline = f - first_write_on_trace(&job.trace);
         formed_utilization(&t, on_timeline, duration, CAPACITY)
     });
+    s.delete_table().await;
     json!({
         "scenario": Run::Shallow(workers, depth_s).scenario(),
         "strategy": v.label,

@@ -57,6 +57,7 @@ async fn run(
     let throttled = f("throttled_requests") + f("partial_requests");
     let ideal_requests = (records as f64 / 25.0).ceil();
     let duration = f("last_accept_s") - f("first_write_s");
+    s.delete_table().await;
     let mut row = json!({
         "strategy": variant.label,
         "workers": workers,

@@ -54,6 +54,18 @@ impl Drop for Setup {
 }
 
 impl Setup {
+    /// Deletes the table, once a bench row has read what it needs. LocalStack
+    /// caps the provisioned write capacity of an account's tables at 80,000
+    /// units; the benches' tables (1,000 WCU/s each on the hot range) reached
+    /// it after about 80 rows on one stack, and every later row failed to
+    /// create its table. A failed delete is reported, not fatal.
+    pub async fn delete_table(&self) {
+        let client = dynamo().await;
+        if let Err(e) = client.delete_table().table_name(&self.table).send().await {
+            eprintln!("delete table {}: {e}", self.table);
+        }
+    }
+
     /// Creates the topics and an on-demand table, writes a config file.
     pub async fn new(partitions: i32, extra_route: &str) -> Setup {
         Setup::build(partitions, extra_route, None).await
