@@ -360,6 +360,7 @@ impl Writer {
                 }
                 continue;
             }
+            range.cold_refused |= !hot[i];
             if by_range[i] {
                 range.refused.push(hot::Refused {
                     key: partition_part(&slot.key),
@@ -374,7 +375,6 @@ impl Writer {
                 by_table |= !by_range[i];
             }
         }
-        range.cold_refused = (0..send.len()).any(|i| refused[i] && !hot[i]);
         let by_range_refused = !range.refused.is_empty();
         if hot.contains(&true) || by_range_refused {
             if let Some((change, keys, rate)) = ctl.hot_answer(range) {

@@ -344,26 +344,20 @@ impl HotKeys {
                 self.found_at = now;
                 return Some(Change::Found);
             }
-            Some(rate)
-                if hot_refused
-                    && !a.cold_refused
-                    && a.sent >= self.last_cut
-                    && now.saturating_sub(self.last_cut) < COOLDOWN
-                    && now.saturating_sub(self.found_at) < WINDOW =>
-            {
-                // A young range refused again, alone, for a request sent
-                // after the last cut: that cut, blind, was not deep enough;
-                // the next goes at once, blind too (nothing measures the
-                // range yet), rather than after the cooldown.
-                self.cut(now, rate, refused);
-                self.guess = false;
-                return Some(Change::Cut);
-            }
-            Some(rate)
-                if hot_refused
-                    && a.sent >= self.last_cut
-                    && now.saturating_sub(self.last_cut) >= COOLDOWN =>
-            {
+            Some(rate) if hot_refused && a.sent >= self.last_cut => {
+                if now.saturating_sub(self.last_cut) < COOLDOWN {
+                    // A young range refused again, alone: that cut, blind,
+                    // was not deep enough; the next goes at once, blind too
+                    // (nothing measures the range yet). Otherwise the same
+                    // event.
+                    let young = now.saturating_sub(self.found_at) < WINDOW;
+                    if !young || a.cold_refused {
+                        return None;
+                    }
+                    self.cut(now, rate, refused);
+                    self.guess = false;
+                    return Some(Change::Cut);
+                }
                 // A young range is measured over what it has (at least a
                 // quarter of the window, the cooldown). One event cuts to no
                 // less than DECREASE x DECREASE x the rate: the hot keys may
