@@ -368,6 +368,7 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         .unwrap()
         .replace(&b.table, &a.table);
     std::fs::write(&b.config, text).unwrap();
+    b.delete_table().await; // its own, unused
     b.table = a.table.clone();
     let proxy = ThrottleProxy::start(&[]);
     for s in [&a, &b] {
