@@ -18,7 +18,9 @@
 //!   [`FOUND_PART`] of it), a guess that doubles per second while the hot
 //!   keys use it (up to the table's rate) until a refusal of a hot key
 //!   meets it (that cut goes to no less than half of the guess, which was
-//!   never admitted); a refusal of a hot key
+//!   never admitted, nor than `DECREASE` x where the guess began: a guess
+//!   its keys did not use to double is no overshoot; cut to half, such a
+//!   range crawled at 5 units/s for 40 s); a refusal of a hot key
 //!   cuts it to [`DECREASE`] x the lower of the rate and what the hot keys
 //!   wrote over the last [`WINDOW`], but to no less than `DECREASE` x
 //!   `DECREASE` x the rate in one event (cold keys of the hot partition, not
@@ -34,7 +36,7 @@
 //!   beyond the range: a build that cut it again then as well left ranges
 //!   at 4-9 units/s for 15-20 s); the refused units go
 //!   again only once the new rate has paid for them (the partition, drained,
-//!   refills meanwhile). It climbs back to that level along a CUBIC curve
+//!   refills meanwhile), or after [`MAX_REPAY`]. It climbs back to that level along a CUBIC curve
 //!   over [`PROBE`], then slowly past it, while the hot keys use it; past
 //!   it for half that climb more ([`REGUESS`]) with no refusal, that cut was
 //!   below the partition's maximum, and it doubles as a guess does; so it
@@ -108,6 +110,10 @@ pub const FOUND_PART: f64 = 0.05;
 /// finished or slowed, and the range doubles again (see
 /// [`HotKeys::share`]).
 pub const SHARE_REPROBE: f64 = 1.25;
+/// The refused units' repayment holds the hot keys back this long at most
+/// (a range cut to 1.6 units/s at the start owed 16 refused units, and its
+/// worker, records in order, wrote nothing for 10 s).
+pub const MAX_REPAY: Duration = Duration::from_secs(1);
 /// The hot range's rate is never cut below this (units/s).
 pub const MIN_RATE: f64 = 1.0;
 /// A hot unit may go this much ahead of its schedule.
@@ -207,6 +213,9 @@ pub struct HotKeys {
     /// refusal of a hot key: it doubles per second while used (see
     /// `answer`).
     guess: bool,
+    /// The rate the guess doubled from: its end cuts to no less than half
+    /// of the guess only once it has doubled (see `answer`).
+    guess_from: f64,
     /// This worker's share of its group's work, as last told, and as it
     /// was at the last cut (see [`HotKeys::share`]).
     share: Option<f64>,
@@ -232,6 +241,7 @@ impl Default for HotKeys {
             found_at: Duration::ZERO,
             same_level: 0,
             guess: false,
+            guess_from: 0.0,
             share: None,
             share_at_cut: None,
             last_answer: None,
@@ -299,7 +309,7 @@ impl HotKeys {
         if self.rate.is_none() || self.guess || now <= SHARE_REPROBE * at_cut {
             return false;
         }
-        self.guess = true;
+        self.start_guess();
         self.same_level = 0;
         self.share_at_cut = Some(now);
         true
@@ -340,7 +350,7 @@ impl HotKeys {
                 let base = base.max(MIN_RATE);
                 self.due = now;
                 self.cut(now, base, refused);
-                self.guess = true;
+                self.start_guess();
                 self.found_at = now;
                 return Some(Change::Found);
             }
@@ -372,7 +382,11 @@ impl HotKeys {
                 // the range above its partition's maximum for another
                 // event: 95 units/s, cut to 85, then 47, 13 requests
                 // refused on the way).
-                let floor = if self.guess { 0.5 } else { DECREASE };
+                let floor = if self.guess {
+                    (self.guess_from / rate).clamp(0.5, DECREASE)
+                } else {
+                    DECREASE
+                };
                 let measured = self.written.rate_so_far(now);
                 let base = if measured > 0.0 {
                     rate.min(measured).max(floor * rate)
@@ -392,7 +406,7 @@ impl HotKeys {
                     // a low level crawls (a range cut to 8 units/s took 35 s
                     // to reach 40 of a partition of 50, bench-dynamodb hot
                     // range, a 150 WCU/s table, three workers).
-                    self.guess = true;
+                    self.start_guess();
                 }
                 self.rate = Some(if self.guess {
                     // Found from a guess (one refused item of 25 says
@@ -421,6 +435,12 @@ impl HotKeys {
         None
     }
 
+    /// The rate doubles as a guess from where it is now.
+    fn start_guess(&mut self) {
+        self.guess = true;
+        self.guess_from = self.rate.unwrap_or(0.0);
+    }
+
     /// Cuts the rate to `DECREASE` x `base`; the `refused` units go again
     /// once the new rate has paid for them.
     fn cut(&mut self, now: Duration, base: f64, refused: f64) {
@@ -434,7 +454,8 @@ impl HotKeys {
         self.share_at_cut = self.share;
         let rate = (base * DECREASE).max(MIN_RATE);
         self.rate = Some(rate);
-        self.due = self.due.max(now + Duration::from_secs_f64(refused / rate));
+        let wait = Duration::from_secs_f64(refused / rate).min(MAX_REPAY);
+        self.due = self.due.max(now + wait);
         self.last_cut = now;
     }
 
@@ -748,6 +769,50 @@ mod tests {
         // Until a refusal of its keys; then no new doubling at that share.
         h.answer(&refusal(t + 0.1, "k", true));
         assert!(!h.share(Some(1.0)));
+    }
+
+    #[test]
+    fn the_refused_units_hold_hot_keys_back_max_repay_at_most() {
+        let mut h = HotKeys::default();
+        // 20 units refused at a table rate of 10 units/s: a range of 6.4
+        // units/s, whose repayment would take 3 s.
+        let mut big = refusal(0.0, "k", false);
+        big.refused[0].units = 20.0;
+        big.table_rate = 10.0;
+        h.answer(&big);
+        assert!((h.rate().unwrap() - 6.4).abs() < 1e-9, "{:?}", h.rate());
+        assert!(MAX_REPAY.as_secs_f64() < 20.0 / 6.4);
+        assert!(h.admit(s(0.5), 1.0).is_err(), "held back while it repays");
+        assert!(
+            h.admit(MAX_REPAY, 1.0).is_ok(),
+            "no longer than MAX_REPAY: a partition drained refills meanwhile"
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_guess_that_never_grew_cuts_as_an_ordinary_event() {
+        let mut h = HotKeys::default();
+        h.share(Some(0.2));
+        h.answer(&refusal(0.0, "k", false));
+        let t = use_it(&mut h, 0.0, 2.5);
+        h.answer(&refusal(t + 0.05, "k", true));
+        // The hot keys go quiet past the window; a larger share starts a
+        // guess; they write 1 unit/s, too little for it to double.
+        let mut t = t + 0.05 + WINDOW.as_secs_f64();
+        h.answer(&written(t, 0.0));
+        assert!(h.share(Some(0.5)));
+        let rate = h.rate().unwrap();
+        for _ in 0..30 {
+            t += 0.1;
+            h.answer(&written(t, 0.1));
+        }
+        assert_eq!(h.rate(), Some(rate), "not used: no doubling");
+        h.answer(&refusal(t + 0.05, "k", true));
+        let cut = h.rate().unwrap();
+        assert!(
+            (cut - DECREASE * DECREASE * rate).abs() < 1e-9,
+            "one event's usual floor, not half of a guess never tried: {cut} from {rate}"
+        );
     }
 
     /// Workers sharing one hot partition (a bucket of `capacity` units/s,
