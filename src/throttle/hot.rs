@@ -36,7 +36,8 @@
 //!   beyond the range: a build that cut it again then as well left ranges
 //!   at 4-9 units/s for 15-20 s); the refused units go
 //!   again only once the new rate has paid for them (the partition, drained,
-//!   refills meanwhile), or after [`MAX_REPAY`]. It climbs back to that level along a CUBIC curve
+//!   refills meanwhile), or after [`MAX_REPAY`] if that is sooner. It
+//!   climbs back to that level along a CUBIC curve
 //!   over [`PROBE`], then slowly past it, while the hot keys use it; past
 //!   it for half that climb more ([`REGUESS`]) with no refusal, that cut was
 //!   below the partition's maximum, and it doubles as a guess does; so it
@@ -442,7 +443,7 @@ impl HotKeys {
     }
 
     /// Cuts the rate to `DECREASE` x `base`; the `refused` units go again
-    /// once the new rate has paid for them.
+    /// once the new rate has paid for them, or after [`MAX_REPAY`].
     fn cut(&mut self, now: Duration, base: f64, refused: f64) {
         let similar = self.w_max > 0.0 && (base / self.w_max - 1.0).abs() <= 0.15;
         self.same_level = if similar {
