@@ -210,13 +210,10 @@ pub struct HotKeys {
     found_at: Duration,
     /// Cuts in a row at about the same level (see [`MAX_DOUBLINGS`]).
     same_level: u32,
-    /// The rate is the guess a range was found with, not yet met by a
-    /// refusal of a hot key: it doubles per second while used (see
-    /// `answer`).
-    guess: bool,
-    /// The rate the guess doubled from: its end cuts to no less than half
-    /// of the guess only once it has doubled (see `answer`).
-    guess_from: f64,
+    /// While the rate is a guess (the one a range was found with, or a
+    /// re-guess), not yet met by a refusal of a hot key: the rate it began
+    /// at. It doubles per second while used (see `answer`).
+    guess: Option<f64>,
     /// This worker's share of its group's work, as last told, and as it
     /// was at the last cut (see [`HotKeys::share`]).
     share: Option<f64>,
@@ -241,8 +238,7 @@ impl Default for HotKeys {
             last_cut: Duration::ZERO,
             found_at: Duration::ZERO,
             same_level: 0,
-            guess: false,
-            guess_from: 0.0,
+            guess: None,
             share: None,
             share_at_cut: None,
             last_answer: None,
@@ -307,10 +303,10 @@ impl HotKeys {
         let (Some(now), Some(at_cut)) = (self.share, self.share_at_cut) else {
             return false;
         };
-        if self.rate.is_none() || self.guess || now <= SHARE_REPROBE * at_cut {
+        if self.rate.is_none() || self.guess.is_some() || now <= SHARE_REPROBE * at_cut {
             return false;
         }
-        self.start_guess();
+        self.guess = self.rate;
         self.same_level = 0;
         self.share_at_cut = Some(now);
         true
@@ -351,7 +347,7 @@ impl HotKeys {
                 let base = base.max(MIN_RATE);
                 self.due = now;
                 self.cut(now, base, refused);
-                self.start_guess();
+                self.guess = self.rate;
                 self.found_at = now;
                 return Some(Change::Found);
             }
@@ -366,7 +362,7 @@ impl HotKeys {
                         return None;
                     }
                     self.cut(now, rate, refused);
-                    self.guess = false;
+                    self.guess = None;
                     return Some(Change::Cut);
                 }
                 // A young range is measured over what it has (at least a
@@ -378,16 +374,15 @@ impl HotKeys {
                 // event and took 35 s to climb back (bench-dynamodb hot
                 // range, one worker).
                 // The end of a guess cuts deeper, to no less than half
-                // of it: a rate doubling per second was never admitted
-                // (floored at 0.8 x it, the first cut after a guess left
-                // the range above its partition's maximum for another
-                // event: 95 units/s, cut to 85, then 47, 13 requests
-                // refused on the way).
-                let floor = if self.guess {
-                    (self.guess_from / rate).clamp(0.5, DECREASE)
-                } else {
-                    DECREASE
-                };
+                // of it, once it has doubled (a guess its keys never used
+                // is no overshoot): a rate doubling per second was never
+                // admitted (floored at 0.8 x it, the first cut after a
+                // guess left the range above its partition's maximum for
+                // another event: 95 units/s, cut to 85, then 47, 13
+                // requests refused on the way).
+                let floor = self
+                    .guess
+                    .map_or(DECREASE, |from| (from / rate).clamp(0.5, DECREASE));
                 let measured = self.written.rate_so_far(now);
                 let base = if measured > 0.0 {
                     rate.min(measured).max(floor * rate)
@@ -395,21 +390,21 @@ impl HotKeys {
                     rate
                 };
                 self.cut(now, base, refused);
-                self.guess = false;
+                self.guess = None;
                 return Some(Change::Cut);
             }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
                 let t = now.saturating_sub(self.last_cut).as_secs_f64();
                 let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
-                if t >= REGUESS * k {
+                if t >= REGUESS * k && self.guess.is_none() {
                     // Cut below the partition's maximum (a start's burst
                     // refused, or a maximum raised): the convex curve from
                     // a low level crawls (a range cut to 8 units/s took 35 s
                     // to reach 40 of a partition of 50, bench-dynamodb hot
                     // range, a 150 WCU/s table, three workers).
-                    self.start_guess();
+                    self.guess = Some(rate);
                 }
-                self.rate = Some(if self.guess {
+                self.rate = Some(if self.guess.is_some() {
                     // Found from a guess (one refused item of 25 says
                     // little of the keys' part): up as a slow start does,
                     // to the table's rate at most, until a refusal of its
@@ -434,12 +429,6 @@ impl HotKeys {
             _ => {}
         }
         None
-    }
-
-    /// The rate doubles as a guess from where it is now.
-    fn start_guess(&mut self) {
-        self.guess = true;
-        self.guess_from = self.rate.unwrap_or(0.0);
     }
 
     /// Cuts the rate to `DECREASE` x `base`; the `refused` units go again
@@ -478,7 +467,7 @@ impl HotKeys {
             self.rate = None;
             self.w_max = 0.0;
             self.same_level = 0;
-            self.guess = false;
+            self.guess = None;
             self.share_at_cut = None;
             self.held = None;
         }
@@ -541,6 +530,14 @@ mod tests {
         }
     }
 
+    /// A refusal of `units` of 25 at a table rate of `table_rate`.
+    fn refusal_of(now: f64, units: f64, table_rate: f64) -> Answer<'static> {
+        let mut a = refusal(now, "k", false);
+        a.refused[0].units = units;
+        a.table_rate = table_rate;
+        a
+    }
+
     fn written(now: f64, units: f64) -> Answer<'static> {
         Answer {
             hot_written: units,
@@ -569,10 +566,7 @@ mod tests {
     #[test]
     fn a_range_found_by_one_item_of_many_starts_from_a_twentieth_of_the_table() {
         let mut h = HotKeys::default();
-        let mut one = refusal(1.0, "k", false);
-        one.refused[0].units = 1.0;
-        one.table_rate = 100.0;
-        h.answer(&one);
+        h.answer(&refusal_of(1.0, 1.0, 100.0));
         // 1 of 25 units is 4% of the table's rate; taken as 5%, x 0.8.
         assert!((h.rate().unwrap() - 4.0).abs() < 1e-9, "{:?}", h.rate());
     }
@@ -777,10 +771,7 @@ mod tests {
         let mut h = HotKeys::default();
         // 20 units refused at a table rate of 10 units/s: a range of 6.4
         // units/s, whose repayment would take 3 s.
-        let mut big = refusal(0.0, "k", false);
-        big.refused[0].units = 20.0;
-        big.table_rate = 10.0;
-        h.answer(&big);
+        h.answer(&refusal_of(0.0, 20.0, 10.0));
         assert!((h.rate().unwrap() - 6.4).abs() < 1e-9, "{:?}", h.rate());
         assert!(MAX_REPAY.as_secs_f64() < 20.0 / 6.4);
         assert!(h.admit(s(0.5), 1.0).is_err(), "held back while it repays");
@@ -788,6 +779,30 @@ mod tests {
             h.admit(MAX_REPAY, 1.0).is_ok(),
             "no longer than MAX_REPAY: a partition drained refills meanwhile"
         );
+    }
+
+    #[test]
+    fn a_re_guess_that_grew_ends_with_a_cut_to_half_of_it() {
+        let mut h = HotKeys::default();
+        h.answer(&refusal(0.0, "k", false));
+        // Refused before writing anything: cut from the guess of 32.
+        h.answer(&refusal(0.6, "k", true));
+        assert_eq!(h.rate(), Some(0.8 * 32.0));
+        // The hot keys write 0.6 x the rate: the curve back to 32, then a
+        // re-guess that doubles; refused once it has quadrupled.
+        let mut t = 0.6;
+        while h.rate().unwrap() < 4.0 * 33.0 {
+            assert!(t < 60.0, "no re-guess: {:?}", h.rate());
+            t += 0.05;
+            let r = h.rate().unwrap();
+            h.answer(&written(t, 0.6 * r * 0.05));
+        }
+        let grown = h.rate().unwrap();
+        h.answer(&refusal(t + 0.05, "k", true));
+        let cut = h.rate().unwrap();
+        // What the keys wrote is a third of it or less: the floor decides,
+        // half of a guess that was never admitted (x 0.8).
+        assert!(cut <= 0.41 * grown, "{cut} from {grown}");
     }
 
     #[test]
