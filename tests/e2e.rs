@@ -108,6 +108,21 @@ async fn ten_thousand_records_over_six_partitions_land_typed_and_committed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_worker_whose_stdout_is_closed_finishes_and_exits_with_its_own_code() {
+    // Its summary cannot be printed: before, that panicked at the end of
+    // the run (exit 101), and the unwinding runtime waited with no limit
+    // for a Kafka consumer stuck closing (a worker hung for minutes).
+    let s = Setup::new(2, "").await;
+    produce(&s.topic, ids(300)).await;
+    let mut w = s.spawn(true);
+    w.close_stdout();
+    let (code, _, logs) = w.wait_logged(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{logs}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 300);
+    assert_eq!(s.committed(), s.end_offsets());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_run_resumes_and_loses_nothing() {
     let s = Setup::new(6, "").await;
     let produced = produce(&s.topic, ids(10_000)).await;

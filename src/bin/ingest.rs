@@ -2,7 +2,7 @@
 //! the outcome to an exit code. `anyhow` lives here and nowhere else.
 //!
 //! Exit codes: 0 done (stopped and drained, or caught up); 1 fatal runtime
-//! error (nothing unwritten was committed); 2 bad config or usage; 3 stopped
+//! error or a panic (nothing unwritten was committed); 2 bad config or usage; 3 stopped
 //! but the drain deadline passed (what was written is committed, the rest
 //! will be redelivered); 130 a second SIGINT/SIGTERM forced the exit.
 
@@ -15,6 +15,24 @@ use tokio_util::sync::CancellationToken;
 
 use ingest::config::{LogFormat, LogSettings, Settings};
 use ingest::telemetry;
+
+/// `println!` that does not panic when stdout is closed (its reader gone):
+/// a worker whose output pipe broke still exits with its own code, and
+/// what it prints (the run's summary) is in its logs too.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that does not panic when stderr is closed.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 #[path = "ingest/commands.rs"]
 mod commands;
@@ -225,14 +243,23 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            err!("error: cannot start the async runtime: {e}");
             return ExitCode::from(EXIT_FATAL);
         }
     };
-    let code = match runtime.block_on(dispatch(cli.command)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
+    // A panic (a defect) is caught here so that the bounded shutdown below
+    // still applies: unwinding would drop the runtime, and that waits for
+    // its blocking threads with no limit (a Kafka consumer stuck closing
+    // held a worker whose stdout had gone for minutes after its SIGTERM).
+    let run = std::panic::AssertUnwindSafe(|| runtime.block_on(dispatch(cli.command)));
+    let code = match std::panic::catch_unwind(run) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            err!("error: {e:#}");
+            ExitCode::from(EXIT_FATAL)
+        }
+        Err(_) => {
+            err!("error: the worker panicked (a defect; the message is above)");
             ExitCode::from(EXIT_FATAL)
         }
     };
@@ -254,11 +281,11 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => commands::run(config, until_caught_up, shutdown_on_signals()).await,
         Command::CheckConfig { config } => match Settings::load(&config, std::env::vars()) {
             Ok(s) => {
-                println!("{s:#?}");
+                out!("{s:#?}");
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                err!("error: {e}");
                 Ok(ExitCode::from(EXIT_CONFIG))
             }
         },
@@ -354,7 +381,7 @@ fn shutdown_on_signals() -> CancellationToken {
             if round == 0 {
                 t.cancel();
             } else {
-                eprintln!("second signal: exiting without draining");
+                err!("second signal: exiting without draining");
                 std::process::exit(EXIT_FORCED);
             }
         }

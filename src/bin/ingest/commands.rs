@@ -33,7 +33,7 @@ pub async fn dev_broker(
 pub async fn create_topics(brokers: &str, topics: &[(String, i32)]) -> anyhow::Result<ExitCode> {
     tools::create_topics(brokers, topics).await?;
     let names: Vec<String> = topics.iter().map(|(t, p)| format!("{t}:{p}")).collect();
-    println!("topics ready: {}", names.join(", "));
+    out!("topics ready: {}", names.join(", "));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -61,7 +61,7 @@ pub async fn produce(
         }
         _ => bail!("give either --sample N or --file PATH"),
     };
-    println!("produced {n} records to {topic}");
+    out!("produced {n} records to {topic}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -80,9 +80,9 @@ pub async fn show_table(
     };
     let dynamo = Dynamo::connect(&settings, SdkRetryMode::Off).await;
     let (count, items) = tools::show_table(&dynamo, &table, limit).await?;
-    println!("table {table}: {count} items");
+    out!("table {table}: {count} items");
     for item in items {
-        println!("  {item}");
+        out!("  {item}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -99,7 +99,7 @@ pub fn sim(
     let mut sc = match ingest::sim::load(&scenario) {
         Ok(sc) => sc,
         Err(e) => {
-            eprintln!("error: {e}");
+            err!("error: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -113,12 +113,16 @@ pub fn sim(
     let results = match ingest::sim::run(&sc) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            err!("error: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    print!("{}", ingest::sim::report::table(&sc.name, &results.scores));
-    println!(
+    {
+        use std::io::Write as _;
+        let table = ingest::sim::report::table(&sc.name, &results.scores);
+        let _ = write!(std::io::stdout().lock(), "{table}");
+    }
+    out!(
         "({} clients, {} simulated s, {:.2} s of real time)",
         sc.clients.count,
         sc.duration_s,
@@ -133,10 +137,10 @@ pub fn sim(
     ];
     for (path, result) in written.into_iter().flatten() {
         if let Err(e) = result {
-            eprintln!("error: {e}");
+            err!("error: {e}");
             return ExitCode::from(EXIT_FATAL);
         }
-        println!("wrote {}", path.display());
+        out!("wrote {}", path.display());
     }
     ExitCode::SUCCESS
 }
@@ -150,7 +154,7 @@ pub async fn run(
     let settings = match Settings::load(&config, std::env::vars()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            err!("error: {e}");
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
@@ -178,7 +182,7 @@ pub async fn run(
                     .map(|b| (b as f64 / 1_048_576.0 * 10.0).round() / 10.0));
             summary["cpu_s"] = serde_json::json!(telemetry::cpu_seconds());
             tracing::info!(summary = %summary, "finished");
-            println!("{summary}");
+            out!("{summary}");
             Ok(match outcome.exit {
                 SourceExit::DrainTimedOut | SourceExit::WorkLeft => {
                     ExitCode::from(EXIT_DRAIN_TIMEOUT)
@@ -188,7 +192,7 @@ pub async fn run(
         }
         Err(e) => {
             tracing::error!(error = %e, "worker failed");
-            eprintln!("error: {e}");
+            err!("error: {e}");
             Ok(ExitCode::from(EXIT_FATAL))
         }
     }
