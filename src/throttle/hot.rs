@@ -20,7 +20,10 @@
 //!   meets it (that cut goes to no less than half of the guess, which was
 //!   never admitted, nor than `DECREASE` x where the guess began: a guess
 //!   its keys did not use to double is no overshoot; cut to half, such a
-//!   range crawled at 5 units/s for 40 s); a refusal of a hot key
+//!   range crawled at 5 units/s for 40 s). A guess that has not doubled
+//!   survives its first refusal, cut as an ordinary event, and goes on
+//!   doubling (the keys' partition was full, not of them: ended, a range
+//!   found at 4.8 units/s crawled there 15 s). A refusal of a hot key
 //!   cuts it to [`DECREASE`] x the lower of the rate and what the hot keys
 //!   wrote over the last [`WINDOW`], but to no less than `DECREASE` x
 //!   `DECREASE` x the rate in one event (cold keys of the hot partition, not
@@ -120,6 +123,24 @@ pub const MIN_RATE: f64 = 1.0;
 /// A hot unit may go this much ahead of its schedule.
 const TOLERANCE: Duration = Duration::from_millis(20);
 
+/// A guess of the hot range's rate (see `HotKeys::answer`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Guess {
+    /// The rate it began at.
+    from: f64,
+    /// It survived a refusal already (once at most).
+    spared: bool,
+}
+
+impl Guess {
+    fn new(from: f64) -> Self {
+        Self {
+            from,
+            spared: false,
+        }
+    }
+}
+
 /// One item of an answered request, for [`key_range_refused`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sent {
@@ -211,9 +232,9 @@ pub struct HotKeys {
     /// Cuts in a row at about the same level (see [`MAX_DOUBLINGS`]).
     same_level: u32,
     /// While the rate is a guess (the one a range was found with, or a
-    /// re-guess), not yet met by a refusal of a hot key: the rate it began
-    /// at. It doubles per second while used (see `answer`).
-    guess: Option<f64>,
+    /// re-guess), not yet ended by a refusal of a hot key. It doubles per
+    /// second while used (see `answer`).
+    guess: Option<Guess>,
     /// This worker's share of its group's work, as last told, and as it
     /// was at the last cut (see [`HotKeys::share`]).
     share: Option<f64>,
@@ -306,7 +327,7 @@ impl HotKeys {
         if self.rate.is_none() || self.guess.is_some() || now <= SHARE_REPROBE * at_cut {
             return false;
         }
-        self.guess = self.rate;
+        self.guess = self.rate.map(Guess::new);
         self.same_level = 0;
         self.share_at_cut = Some(now);
         true
@@ -347,7 +368,7 @@ impl HotKeys {
                 let base = base.max(MIN_RATE);
                 self.due = now;
                 self.cut(now, base, refused);
-                self.guess = self.rate;
+                self.guess = self.rate.map(Guess::new);
                 self.found_at = now;
                 return Some(Change::Found);
             }
@@ -382,7 +403,7 @@ impl HotKeys {
                 // requests refused on the way).
                 let floor = self
                     .guess
-                    .map_or(DECREASE, |from| (from / rate).clamp(0.5, DECREASE));
+                    .map_or(DECREASE, |g| (g.from / rate).clamp(0.5, DECREASE));
                 let measured = self.written.rate_so_far(now);
                 let base = if measured > 0.0 {
                     rate.min(measured).max(floor * rate)
@@ -390,7 +411,18 @@ impl HotKeys {
                     rate
                 };
                 self.cut(now, base, refused);
-                self.guess = None;
+                // A guess that has not doubled survives its first refusal,
+                // cut as an ordinary event: a refusal at a rate the keys
+                // barely used says their partition was full, not of what
+                // (cold keys of it, or peers). Ended there, a range found
+                // at 4.8 units/s on a partition of 50 climbed back along
+                // the curve and crawled at 4.4-4.9 for 15 s, its worker
+                // with it (bench-dynamodb hot range, a 150 WCU/s table,
+                // three workers: 1.28x the bound).
+                self.guess = self
+                    .guess
+                    .filter(|g| !g.spared && rate < 2.0 * g.from)
+                    .map(|g| Guess { spared: true, ..g });
                 return Some(Change::Cut);
             }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
@@ -402,7 +434,7 @@ impl HotKeys {
                     // a low level crawls (a range cut to 8 units/s took 35 s
                     // to reach 40 of a partition of 50, bench-dynamodb hot
                     // range, a 150 WCU/s table, three workers).
-                    self.guess = Some(rate);
+                    self.guess = Some(Guess::new(rate));
                 }
                 self.rate = Some(if self.guess.is_some() {
                     // Found from a guess (one refused item of 25 says
@@ -714,7 +746,8 @@ mod tests {
     fn the_rate_climbs_back_while_used_and_a_range_left_alone_is_forgotten() {
         let mut h = HotKeys::default();
         h.answer(&refusal(0.0, "k", false));
-        // A refusal of the hot key: no longer a guess, the curve climbs.
+        // Two refusals of the hot key: no longer a guess, the curve climbs.
+        h.answer(&refusal(0.5, "k", true));
         h.answer(&refusal(1.0, "k", true));
         let start = h.rate().unwrap();
         let t = use_it(&mut h, 1.0, 11.0);
@@ -746,10 +779,39 @@ mod tests {
     }
 
     #[test]
+    fn a_guess_that_has_not_doubled_survives_its_first_refusal_only() {
+        let mut h = HotKeys::default();
+        h.answer(&refusal(0.0, "k", false));
+        assert_eq!(h.rate(), Some(32.0));
+        // Refused before it doubled: cut as an ordinary event, and it
+        // doubles on while used.
+        h.answer(&refusal(0.6, "k", true));
+        assert_eq!(h.rate(), Some(0.8 * 32.0));
+        let t = use_it(&mut h, 0.6, 2.6);
+        let up = h.rate().unwrap();
+        assert!(up > 2.0 * 25.6, "guessing on: {up}");
+        // Its next refusal ends it, deeper than an ordinary event.
+        h.answer(&refusal(t + 0.05, "k", true));
+        let cut = h.rate().unwrap();
+        assert!(cut < DECREASE * DECREASE * up, "{cut} from {up}");
+        // A guess refused twice before it doubled ends at the second: the
+        // curve climbs from there, no doubling.
+        let mut g = HotKeys::default();
+        g.answer(&refusal(0.0, "k", false));
+        g.answer(&refusal(0.6, "k", true));
+        g.answer(&refusal(1.2, "k", true));
+        let level = g.rate().unwrap();
+        use_it(&mut g, 1.2, 3.2);
+        let later = g.rate().unwrap();
+        assert!(later < 1.25 * level, "{level} -> {later}");
+    }
+
+    #[test]
     fn a_larger_share_of_the_work_doubles_the_range_again() {
         let mut h = HotKeys::default();
         h.share(Some(0.4));
         h.answer(&refusal(0.0, "k", false));
+        h.answer(&refusal(0.5, "k", true));
         h.answer(&refusal(1.0, "k", true));
         let t = use_it(&mut h, 1.0, 4.0);
         let level = h.rate().unwrap();
