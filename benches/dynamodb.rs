@@ -137,7 +137,7 @@ fn pacing_reach_after(trace: &Value, step_s: f64, until_s: f64, cap: f64) -> Opt
 
 /// The hot range's table capacity: 150 WCU/s (3,000 WCU scaled, on four
 /// partitions that take 200 together: well above the job's demand, which
-/// the hot partition bounds near 100, and a shape DynamoDB has, where each
+/// the hot partition bounds near 105, and a shape DynamoDB has, where each
 /// partition takes at most 1,000 WCU/s and a table has enough of them to
 /// deliver its capacity), or `BENCH_HOT_TABLE_WCU`. 1,000 (the default
 /// until 2026-11-27) is five times what the four partitions take together,

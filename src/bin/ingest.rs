@@ -17,8 +17,8 @@ use ingest::config::{LogFormat, LogSettings, Settings};
 use ingest::telemetry;
 
 /// `println!` that does not panic when stdout is closed (its reader gone):
-/// a worker whose output pipe broke still exits with its own code, and
-/// what it prints (the run's summary) is in its logs too.
+/// a worker whose output pipe broke still exits with its own code (the
+/// run's summary is in its `finished` log line too).
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;

@@ -70,13 +70,16 @@ impl Default for LogSettings {
 }
 
 /// Installs the global subscriber (stderr). `RUST_LOG`, when set, wins over
-/// the configured level.
+/// the configured level. A log line that cannot be written (stderr closed,
+/// its reader gone) is dropped: tracing's own report of that failure is an
+/// `eprintln!`, which panics on a broken pipe.
 pub fn init_logs(settings: &LogSettings) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&settings.level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .log_internal_errors(false)
         .with_writer(|| AroundBar);
     let _ = match settings.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

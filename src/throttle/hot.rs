@@ -23,7 +23,8 @@
 //!   range crawled at 5 units/s for 40 s). A guess that has not doubled
 //!   survives its first refusal, cut as an ordinary event, and goes on
 //!   doubling (the keys' partition was full, not of them: ended, a range
-//!   found at 4.8 units/s crawled there 15 s). A refusal of a hot key
+//!   found at 4.8 units/s crawled there 15 s); but a young range's
+//!   immediate cut (below) ends it. A refusal of a hot key
 //!   cuts it to [`DECREASE`] x the lower of the rate and what the hot keys
 //!   wrote over the last [`WINDOW`], but to no less than `DECREASE` x
 //!   `DECREASE` x the rate in one event (cold keys of the hot partition, not
@@ -401,16 +402,6 @@ impl HotKeys {
                 // guess left the range above its partition's maximum for
                 // another event: 95 units/s, cut to 85, then 47, 13
                 // requests refused on the way).
-                let floor = self
-                    .guess
-                    .map_or(DECREASE, |g| (g.from / rate).clamp(0.5, DECREASE));
-                let measured = self.written.rate_so_far(now);
-                let base = if measured > 0.0 {
-                    rate.min(measured).max(floor * rate)
-                } else {
-                    rate
-                };
-                self.cut(now, base, refused);
                 // A guess that has not doubled survives its first refusal,
                 // cut as an ordinary event: a refusal at a rate the keys
                 // barely used says their partition was full, not of what
@@ -419,10 +410,19 @@ impl HotKeys {
                 // the curve and crawled at 4.4-4.9 for 15 s, its worker
                 // with it (bench-dynamodb hot range, a 150 WCU/s table,
                 // three workers: 1.28x the bound).
-                self.guess = self
-                    .guess
-                    .filter(|g| !g.spared && rate < 2.0 * g.from)
-                    .map(|g| Guess { spared: true, ..g });
+                let spare = self.guess.filter(|g| !g.spared && rate < 2.0 * g.from);
+                let floor = match self.guess {
+                    Some(g) if spare.is_none() => (g.from / rate).clamp(0.5, DECREASE),
+                    _ => DECREASE,
+                };
+                let measured = self.written.rate_so_far(now);
+                let base = if measured > 0.0 {
+                    rate.min(measured).max(floor * rate)
+                } else {
+                    rate
+                };
+                self.cut(now, base, refused);
+                self.guess = spare.map(|g| Guess { spared: true, ..g });
                 return Some(Change::Cut);
             }
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
@@ -794,6 +794,23 @@ mod tests {
         h.answer(&refusal(t + 0.05, "k", true));
         let cut = h.rate().unwrap();
         assert!(cut < DECREASE * DECREASE * up, "{cut} from {up}");
+        // Refused once it has grown by half (its keys writing 0.6 x it):
+        // spared, so cut as an ordinary event, 0.8 x 0.8, not toward half.
+        let mut m = HotKeys::default();
+        m.answer(&refusal(0.0, "k", false));
+        let mut t = 0.0;
+        while m.rate().unwrap() < 1.5 * 32.0 {
+            t += 0.05;
+            let r = m.rate().unwrap();
+            m.answer(&written(t, 0.6 * r * 0.05));
+        }
+        let grown = m.rate().unwrap();
+        m.answer(&refusal(t + 0.05, "k", true));
+        let cut = m.rate().unwrap();
+        assert!(
+            (cut - DECREASE * DECREASE * grown).abs() < 1e-6,
+            "{cut} from {grown}"
+        );
         // A guess refused twice before it doubled ends at the second: the
         // curve climbs from there, no doubling.
         let mut g = HotKeys::default();

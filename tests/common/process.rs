@@ -264,12 +264,6 @@ impl Worker {
             .collect()
     }
 
-    /// Closes the reading end of the worker's stdout, as a reader that went
-    /// away does (the worker's writes to it then fail with EPIPE).
-    pub fn close_stdout(&mut self) {
-        self.stdout = None;
-    }
-
     /// Whether the process has exited.
     pub fn exited(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_some()
