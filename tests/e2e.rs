@@ -117,31 +117,8 @@ async fn a_worker_whose_stdout_and_stderr_are_closed_finishes_and_exits_with_its
     // worker hung for minutes).
     let s = Setup::new(2, "").await;
     produce(&s.topic, ids(300)).await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ingest"))
-        .args(["run", "--until-caught-up", "--config"])
-        .arg(&s.config)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn ingest");
-    drop(child.stdout.take());
-    drop(child.stderr.take());
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the worker did not exit within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    let (code, _) = s.spawn_unread(true).wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0));
     assert_eq!(count(&dynamo().await, &s.table).await, 300);
     assert_eq!(s.committed(), s.end_offsets());
 }

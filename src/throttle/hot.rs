@@ -705,6 +705,18 @@ mod tests {
         t
     }
 
+    /// Answers every 50 ms from `t`, the hot keys writing 0.6 x the rate,
+    /// until the rate reaches `rate` (within 60 s); returns the time reached.
+    fn use_part_until(h: &mut HotKeys, mut t: f64, rate: f64) -> f64 {
+        while h.rate().unwrap() < rate {
+            assert!(t < 60.0, "never reached {rate}: {:?}", h.rate());
+            t += 0.05;
+            let r = h.rate().unwrap();
+            h.answer(&written(t, 0.6 * r * 0.05));
+        }
+        t
+    }
+
     #[test]
     fn a_range_found_from_a_guess_doubles_while_used_until_its_keys_are_refused() {
         let mut h = HotKeys::default();
@@ -798,12 +810,7 @@ mod tests {
         // spared, so cut as an ordinary event, 0.8 x 0.8, not toward half.
         let mut m = HotKeys::default();
         m.answer(&refusal(0.0, "k", false));
-        let mut t = 0.0;
-        while m.rate().unwrap() < 1.5 * 32.0 {
-            t += 0.05;
-            let r = m.rate().unwrap();
-            m.answer(&written(t, 0.6 * r * 0.05));
-        }
+        let t = use_part_until(&mut m, 0.0, 1.5 * 32.0);
         let grown = m.rate().unwrap();
         m.answer(&refusal(t + 0.05, "k", true));
         let cut = m.rate().unwrap();
@@ -869,13 +876,7 @@ mod tests {
         assert_eq!(h.rate(), Some(0.8 * 32.0));
         // The hot keys write 0.6 x the rate: the curve back to 32, then a
         // re-guess that doubles; refused once it has quadrupled.
-        let mut t = 0.6;
-        while h.rate().unwrap() < 4.0 * 33.0 {
-            assert!(t < 60.0, "no re-guess: {:?}", h.rate());
-            t += 0.05;
-            let r = h.rate().unwrap();
-            h.answer(&written(t, 0.6 * r * 0.05));
-        }
+        let t = use_part_until(&mut h, 0.6, 4.0 * 33.0);
         let grown = h.rate().unwrap();
         h.answer(&refusal(t + 0.05, "k", true));
         let cut = h.rate().unwrap();

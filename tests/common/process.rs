@@ -142,6 +142,18 @@ level = "info"
         env: &[(&str, &str)],
         removed: &[&str],
     ) -> Worker {
+        Worker::start(self.command(until_caught_up, env, removed))
+    }
+
+    /// Starts `ingest run` with its stdout and stderr closed at once, as when
+    /// their reader is gone (its writes to them fail with EPIPE); its
+    /// `Worker` has no logs and no summary, only the exit.
+    pub fn spawn_unread(&self, until_caught_up: bool) -> Worker {
+        Worker::start_unread(self.command(until_caught_up, &[], &[]))
+    }
+
+    /// The `ingest run` command for this setup.
+    fn command(&self, until_caught_up: bool, env: &[(&str, &str)], removed: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingest"));
         cmd.arg("run").arg("--config").arg(&self.config);
         if until_caught_up {
@@ -151,7 +163,7 @@ level = "info"
             cmd.env_remove(var);
         }
         cmd.envs(env.iter().copied());
-        Worker::start(cmd)
+        cmd
     }
 
     pub fn committed(&self) -> Vec<i64> {
@@ -219,7 +231,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn start(mut cmd: Command) -> Worker {
+    /// Spawns `cmd` with the test credentials (unless it sets its own),
+    /// no `RUST_LOG`, and its stdout and stderr piped.
+    fn spawn_piped(mut cmd: Command) -> Child {
         for (k, v) in [
             ("AWS_ACCESS_KEY_ID", "test"),
             ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -233,7 +247,25 @@ impl Worker {
         cmd.env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn ingest");
+        cmd.spawn().expect("spawn ingest")
+    }
+
+    /// As [`Worker::start`], but the reading ends of its stdout and stderr
+    /// are closed at once.
+    pub fn start_unread(cmd: Command) -> Worker {
+        let mut child = Self::spawn_piped(cmd);
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        Worker {
+            child,
+            logs: Arc::new(Mutex::new(Vec::new())),
+            stdout: None,
+            reader: None,
+        }
+    }
+
+    pub fn start(cmd: Command) -> Worker {
+        let mut child = Self::spawn_piped(cmd);
         let logs = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = logs.clone();

@@ -117,11 +117,8 @@ pub fn sim(
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    {
-        use std::io::Write as _;
-        let table = ingest::sim::report::table(&sc.name, &results.scores);
-        let _ = write!(std::io::stdout().lock(), "{table}");
-    }
+    let table = ingest::sim::report::table(&sc.name, &results.scores);
+    out!("{}", table.strip_suffix('\n').unwrap_or(&table));
     out!(
         "({} clients, {} simulated s, {:.2} s of real time)",
         sc.clients.count,
