@@ -247,12 +247,25 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FATAL);
         }
     };
-    // A panic (a defect) is caught here so that the bounded shutdown below
-    // still applies: unwinding would drop the runtime, and that waits for
-    // its blocking threads with no limit (a Kafka consumer stuck closing
-    // held a worker whose stdout had gone for minutes after its SIGTERM).
-    let run = std::panic::AssertUnwindSafe(|| runtime.block_on(dispatch(cli.command)));
-    let code = match std::panic::catch_unwind(run) {
+    run_to_exit(runtime, |rt| rt.block_on(dispatch(cli.command)))
+}
+
+/// How long the runtime's threads may take to stop once the work is done:
+/// a Kafka client thread that cannot close (a broker that never answers)
+/// does not hold the exit.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs `work` on `runtime` to an exit code, then shuts the runtime down
+/// within [`SHUTDOWN_GRACE`]. A panic (a defect) is caught here, exit 1, so
+/// that the bounded shutdown still applies: unwinding would drop the
+/// runtime, and that waits for its blocking threads with no limit (a Kafka
+/// consumer stuck closing held a worker whose stdout had gone for minutes
+/// after its SIGTERM).
+fn run_to_exit(
+    runtime: tokio::runtime::Runtime,
+    work: impl FnOnce(&tokio::runtime::Runtime) -> anyhow::Result<ExitCode>,
+) -> ExitCode {
+    let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&runtime))) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
             err!("error: {e:#}");
@@ -263,9 +276,7 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_FATAL)
         }
     };
-    // A Kafka client thread that cannot close (a broker that never answers)
-    // does not hold the exit.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
     code
 }
 
@@ -387,4 +398,40 @@ fn shutdown_on_signals() -> CancellationToken {
         }
     });
     token
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defect() -> anyhow::Result<ExitCode> {
+        panic!("a defect")
+    }
+
+    #[test]
+    fn a_panic_exits_1_and_a_blocking_thread_that_never_returns_does_not_hold_the_exit() {
+        // A blocking thread stuck for as long as `stuck` lives (a Kafka
+        // consumer that cannot close), and work that panics meanwhile.
+        let (stuck, never) = std::sync::mpsc::channel::<()>();
+        let (done, exited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let code = run_to_exit(runtime, |rt| {
+                rt.block_on(async move {
+                    tokio::task::spawn_blocking(move || never.recv());
+                    defect()
+                })
+            });
+            let _ = done.send(code);
+        });
+        // Unwinding through the runtime instead, the exit never comes.
+        let code = exited
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("exited despite the stuck thread");
+        assert_eq!(code, ExitCode::from(EXIT_FATAL));
+        drop(stuck);
+    }
 }
