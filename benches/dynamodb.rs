@@ -27,7 +27,7 @@
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
 //! narrow a run; BENCH_HOT_TABLE_WCU and BENCH_HOT_BURST_S set the hot
 //! range's table capacity and bucket depth; BENCH_SCALE multiplies the
-//! live-writer and two-jobs runs' records; BENCH_LOG_DIR keeps each
+//! hot-range, live-writer and two-jobs runs' records; BENCH_LOG_DIR keeps each
 //! worker's log lines there.
 
 #[path = "../tests/common/mod.rs"]
@@ -625,10 +625,11 @@ const SHALLOW_LIMIT: Duration = Duration::from_secs(180);
 /// stopped.
 const TWO_JOBS_LIMIT: Duration = Duration::from_secs(240);
 
-/// BENCH_SCALE: the live-writer and two-jobs runs carry this many times
-/// their records (default 1: about a minute each), so that what the start
-/// costs (every worker must meet a throttle to learn of writers it cannot
-/// see) weighs less against the steady state.
+/// BENCH_SCALE: the hot-range, live-writer and two-jobs runs carry this
+/// many times their records (default 1: about a minute each), so that what
+/// the start costs (every worker must meet a throttle to learn of writers
+/// it cannot see) weighs less against the steady state, and a rate that
+/// drifts shows it.
 fn scale() -> usize {
     env_or("BENCH_SCALE", 1_usize).max(1)
 }
@@ -654,7 +655,7 @@ enum Run {
 impl Run {
     async fn go(self, v: &'static Variant, n: usize) -> Value {
         match self {
-            Run::HotRange(w) => hot_range(v, w, 4_000, n).await,
+            Run::HotRange(w) => hot_range(v, w, 4_000 * scale(), n).await,
             Run::Live(budget) => live(v, budget, 4_000 * scale(), n).await,
             Run::TwoJobs => two_jobs(v, 4_000 * scale(), n).await,
             Run::Stepped(w, true) => stepped(v, w, true, 6_000, n).await,
