@@ -404,20 +404,53 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     // Each job's WCU/s while both ran: from its workers' consumed-WCU
     // counters at the first job's end.
     let until = ra.wall_s.min(rb.wall_s) - 1.0;
-    let at = |trace: &Value| -> f64 {
+    // A job's WCU written by `when` (its workers' counters at their last
+    // sample by then).
+    let at = |trace: &Value, when: f64| -> f64 {
         trace_rows(trace)
             .iter()
             .map(|w| {
                 w.iter()
-                    .filter(|r| r[col::T].is_some_and(|t| t <= until))
+                    .filter(|r| r[col::T].is_some_and(|t| t <= when))
                     .filter_map(|r| r[col::WCU])
                     .next_back()
                     .unwrap_or(0.0)
             })
             .sum()
     };
-    let (wa, wb) = (at(&ra.trace), at(&rb.trace));
+    let (wa, wb) = (at(&ra.trace, until), at(&rb.trace, until));
     let share = |w: f64| w / (CAPACITY * until);
+    // Once both jobs write: from the second before the later job's first
+    // sample with WCU written (a lower bound, as the shallow rows'
+    // "formed"). Before it the groups form: a Kafka coordinator holds a new
+    // group's first rebalance `group.initial.rebalance.delay.ms` (3 s by
+    // default), tansu its later members' JoinGroup 3 s.
+    let first_write = |trace: &Value| -> f64 {
+        let mut t = 0.0f64;
+        loop {
+            t += 1.0;
+            if at(trace, t) > 0.0 || t >= until {
+                return t - 1.0;
+            }
+        }
+    };
+    // To the first job's last write (its workers then wait, idle, for the
+    // group to be done, and exit a few seconds later).
+    let last_write = |trace: &Value| -> f64 {
+        let done = at(trace, f64::MAX);
+        let mut t = 0.0f64;
+        loop {
+            t += 1.0;
+            if at(trace, t) >= done || t >= until {
+                return t;
+            }
+        }
+    };
+    let from = first_write(&ra.trace).max(first_write(&rb.trace));
+    let to = last_write(&ra.trace).min(last_write(&rb.trace)).min(until);
+    let in_window =
+        |trace: &Value| (at(trace, to) - at(trace, from)) / (CAPACITY * (to - from).max(1.0));
+    let (formed_a, formed_b) = (in_window(&ra.trace), in_window(&rb.trace));
     let steady = steady_throttles(&st);
     // Job a's workers, then job b's.
     let traces = [trace_rows(&ra.trace), trace_rows(&rb.trace)].concat();
@@ -437,6 +470,10 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         "job_a_share": share(wa),
         "job_b_share": share(wb),
         "together": share(wa + wb),
+        "both_writing_s": [from, to],
+        "together_once_both_wrote": formed_a + formed_b,
+        "job_a_once_both_wrote": formed_a,
+        "job_b_once_both_wrote": formed_b,
         "wall_s": ra.wall_s.max(rb.wall_s),
         "worker_trace": traces,
     })
@@ -766,15 +803,18 @@ fn markdown(rows: &[Value]) -> String {
         );
     }
     md += "\n## Two jobs: two consumer groups of 3 workers, one 200 WCU/s table\n\n\
-           Shares of the capacity while both ran.\n\n\
-           | strategy | throttled requests | after the first 15 s | together | job a | job b |\n|---|---|---|---|---|---|\n";
+           Shares of the capacity while both ran, from the jobs' start to the first job's exit; \
+           'both writing': together, from the second before the later job's first write \
+           (before it the consumer groups form) to the sample at the first job's last write \
+           (a lower bound).\n\n\
+           | strategy | throttled requests | after the first 15 s | together | both writing | job a | job b |\n|---|---|---|---|---|---|---|\n";
     for r in of(rows, "two-jobs") {
         if failed(r, &mut md) {
             continue;
         }
         if let Some(after) = r["stopped_after_s"].as_u64() {
             md += &format!(
-                "| {} | stopped after {after} s with {} of {} records written | | | | |\n",
+                "| {} | stopped after {after} s with {} of {} records written | | | | | |\n",
                 r["strategy"].as_str().unwrap_or(""),
                 r["written"],
                 r["records"],
@@ -782,11 +822,16 @@ fn markdown(rows: &[Value]) -> String {
             continue;
         }
         md += &format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} ({} + {}; {}-{} s) | {} | {} |\n",
             r["strategy"].as_str().unwrap_or(""),
             pct(&r["throttled_rate"]),
             steady(r),
             pct(&r["together"]),
+            pct(&r["together_once_both_wrote"]),
+            pct(&r["job_a_once_both_wrote"]),
+            pct(&r["job_b_once_both_wrote"]),
+            r["both_writing_s"][0],
+            r["both_writing_s"][1],
             pct(&r["job_a_share"]),
             pct(&r["job_b_share"]),
         );
