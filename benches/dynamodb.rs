@@ -822,7 +822,7 @@ fn markdown(rows: &[Value]) -> String {
             continue;
         }
         md += &format!(
-            "| {} | {} | {} | {} | {} ({} + {}; {}-{} s) | {} | {} |\n",
+            "| {} | {} | {} | {} | {} ({} + {}; {:.0}-{:.0} s) | {} | {} |\n",
             r["strategy"].as_str().unwrap_or(""),
             pct(&r["throttled_rate"]),
             steady(r),
@@ -830,8 +830,8 @@ fn markdown(rows: &[Value]) -> String {
             pct(&r["together_once_both_wrote"]),
             pct(&r["job_a_once_both_wrote"]),
             pct(&r["job_b_once_both_wrote"]),
-            r["both_writing_s"][0],
-            r["both_writing_s"][1],
+            r["both_writing_s"][0].as_f64().unwrap_or(0.0),
+            r["both_writing_s"][1].as_f64().unwrap_or(0.0),
             pct(&r["job_a_share"]),
             pct(&r["job_b_share"]),
         );
