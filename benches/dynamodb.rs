@@ -447,7 +447,11 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
         }
     };
     let from = first_write(&ra.trace).max(first_write(&rb.trace));
-    let to = last_write(&ra.trace).min(last_write(&rb.trace)).min(until);
+    // (A job that wrote nothing before the other's end leaves no window.)
+    let to = last_write(&ra.trace)
+        .min(last_write(&rb.trace))
+        .min(until)
+        .max(from);
     let in_window =
         |trace: &Value| (at(trace, to) - at(trace, from)) / (CAPACITY * (to - from).max(1.0));
     let (formed_a, formed_b) = (in_window(&ra.trace), in_window(&rb.trace));
