@@ -404,11 +404,12 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     // Each job's WCU/s while both ran: from its workers' consumed-WCU
     // counters at the first job's end.
     let until = ra.wall_s.min(rb.wall_s) - 1.0;
+    let (rows_a, rows_b) = (trace_rows(&ra.trace), trace_rows(&rb.trace));
+    type Rows = [Vec<[Option<f64>; col::COUNT]>];
     // A job's WCU written by `when` (its workers' counters at their last
     // sample by then).
-    let at = |trace: &Value, when: f64| -> f64 {
-        trace_rows(trace)
-            .iter()
+    let at = |rows: &Rows, when: f64| -> f64 {
+        rows.iter()
             .map(|w| {
                 w.iter()
                     .filter(|r| r[col::T].is_some_and(|t| t <= when))
@@ -418,46 +419,41 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
             })
             .sum()
     };
-    let (wa, wb) = (at(&ra.trace, until), at(&rb.trace, until));
+    let (wa, wb) = (at(&rows_a, until), at(&rows_b, until));
     let share = |w: f64| w / (CAPACITY * until);
+    // The first whole second (from 1) at which `reached` holds of a job's
+    // WCU written by then, or `until`.
+    let first_second = |rows: &Rows, reached: &dyn Fn(f64) -> bool| -> f64 {
+        let mut t = 1.0f64;
+        while t < until && !reached(at(rows, t)) {
+            t += 1.0;
+        }
+        t
+    };
     // Once both jobs write: from the second before the later job's first
     // sample with WCU written (a lower bound, as the shallow rows'
     // "formed"). Before it the groups form: a Kafka coordinator holds a new
     // group's first rebalance `group.initial.rebalance.delay.ms` (3 s by
     // default), tansu its later members' JoinGroup 3 s.
-    let first_write = |trace: &Value| -> f64 {
-        let mut t = 0.0f64;
-        loop {
-            t += 1.0;
-            if at(trace, t) > 0.0 || t >= until {
-                return t - 1.0;
-            }
-        }
-    };
+    let first_write = |rows: &Rows| first_second(rows, &|w| w > 0.0) - 1.0;
     // To the first job's last write (its workers then wait, idle, for the
     // group to be done, and exit a few seconds later).
-    let last_write = |trace: &Value| -> f64 {
-        let done = at(trace, f64::MAX);
-        let mut t = 0.0f64;
-        loop {
-            t += 1.0;
-            if at(trace, t) >= done || t >= until {
-                return t;
-            }
-        }
+    let last_write = |rows: &Rows| {
+        let done = at(rows, f64::MAX);
+        first_second(rows, &|w| w >= done)
     };
-    let from = first_write(&ra.trace).max(first_write(&rb.trace));
+    let from = first_write(&rows_a).max(first_write(&rows_b));
     // (A job that wrote nothing before the other's end leaves no window.)
-    let to = last_write(&ra.trace)
-        .min(last_write(&rb.trace))
+    let to = last_write(&rows_a)
+        .min(last_write(&rows_b))
         .min(until)
         .max(from);
     let in_window =
-        |trace: &Value| (at(trace, to) - at(trace, from)) / (CAPACITY * (to - from).max(1.0));
-    let (formed_a, formed_b) = (in_window(&ra.trace), in_window(&rb.trace));
+        |rows: &Rows| (at(rows, to) - at(rows, from)) / (CAPACITY * (to - from).max(1.0));
+    let (formed_a, formed_b) = (in_window(&rows_a), in_window(&rows_b));
     let steady = steady_throttles(&st);
     // Job a's workers, then job b's.
-    let traces = [trace_rows(&ra.trace), trace_rows(&rb.trace)].concat();
+    let traces = [rows_a, rows_b].concat();
     a.delete_table().await;
     json!({
         "scenario": "two-jobs",
