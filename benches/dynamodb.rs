@@ -421,31 +421,18 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     };
     let (wa, wb) = (at(&rows_a, until), at(&rows_b, until));
     let share = |w: f64| w / (CAPACITY * until);
-    // The first whole second (from 1) at which `reached` holds of a job's
-    // WCU written by then, or `until`.
-    let first_second = |rows: &Rows, reached: &dyn Fn(f64) -> bool| -> f64 {
-        let mut t = 1.0f64;
-        while t < until && !reached(at(rows, t)) {
-            t += 1.0;
-        }
-        t
-    };
     // Once both jobs write: from the second before the later job's first
     // sample with WCU written (a lower bound, as the shallow rows'
     // "formed"). Before it the groups form: a Kafka coordinator holds a new
     // group's first rebalance `group.initial.rebalance.delay.ms` (3 s by
-    // default), tansu its later members' JoinGroup 3 s.
-    let first_write = |rows: &Rows| first_second(rows, &|w| w > 0.0) - 1.0;
-    // To the first job's last write (its workers then wait, idle, for the
-    // group to be done, and exit a few seconds later).
-    let last_write = |rows: &Rows| {
-        let done = at(rows, f64::MAX);
-        first_second(rows, &|w| w >= done)
-    };
-    let from = first_write(&rows_a).max(first_write(&rows_b));
-    // (A job that wrote nothing before the other's end leaves no window.)
-    let to = last_write(&rows_a)
-        .min(last_write(&rows_b))
+    // default), tansu its later members' JoinGroup 3 s. To the first job's
+    // last write (its workers then wait, idle, for the group to be done,
+    // and exit a few seconds later). A job that wrote nothing before the
+    // other's end leaves no window.
+    let from = (first_write_on_trace(&ra.trace).max(first_write_on_trace(&rb.trace)) - 1.0)
+        .clamp(0.0, until.max(0.0));
+    let to = last_write_on_trace(&rows_a)
+        .min(last_write_on_trace(&rows_b))
         .min(until)
         .max(from);
     let in_window =
@@ -615,6 +602,19 @@ fn first_write_on_trace(trace: &Value) -> f64 {
         .filter(|r| r[col::WCU].is_some_and(|w| w > 0.0))
         .filter_map(|r| r[col::T])
         .fold(f64::INFINITY, f64::min)
+}
+
+/// The sample at which a job's last write shows: the latest, over its
+/// workers, of the first row with the worker's final WCU (0: no rows).
+fn last_write_on_trace(rows: &[Vec<[Option<f64>; col::COUNT]>]) -> f64 {
+    rows.iter()
+        .filter_map(|w| {
+            let done = w.iter().filter_map(|r| r[col::WCU]).next_back()?;
+            w.iter()
+                .find(|r| r[col::WCU].is_some_and(|x| x >= done))
+                .and_then(|r| r[col::T])
+        })
+        .fold(0.0, f64::max)
 }
 
 /// When the last of a job's workers was first seen holding partitions (s
