@@ -357,12 +357,20 @@ impl Adaptive {
                 self.rate *= k;
                 self.w_max = self.w_max.map(|w| w * k);
             }
-            // Less: only cap at the new share. Throttles have usually cut the
-            // rate to what the table accepts already; scaling that down again
-            // would land far below the new share.
+            // Less: to the new share, not scaled down. Throttles have
+            // usually cut the rate already, and scaling that down again
+            // would land far below the new share. Nor does the rate stay
+            // below it: the new capacity explains those throttles (a
+            // throttle makes the poll look within a second), and their cuts
+            // (the first event's halving, from an accepted rate the drop
+            // pulled down) left workers below the new share, as what the
+            // throttles taught is forgotten (above). Capped only, six
+            // workers on 200 -> 100 WCU/s: half of them at 8-11 of their 16
+            // units/s for the whole phase (78% of it), and 13 s to reach the
+            // next step up.
             Some(prev) if e < prev * 0.99 => {
                 let fair = e * self.cfg.target_fraction;
-                self.rate = self.rate.min(fair);
+                self.rate = fair;
                 self.w_max = self.w_max.map(|w| w.min(fair));
             }
             _ => {}

@@ -137,15 +137,43 @@ fn a_capacity_cut_already_met_as_throttles_is_not_applied_twice() {
         (60.0..=70.0).contains(&cut),
         "halved, then cut twice by 0.8, got {cut}"
     );
-    // The poll reports 100: capped at 98, not halved again to 45.
+    // The poll reports 100: the new capacity explains those throttles, so
+    // the rate is at the new share at once (98), not halved again to 45,
+    // nor left at the cut to climb back over 18 s.
     a.after_attempt(&at(5100, false, 10.0, Some(100.0)));
-    assert!((a.rate().unwrap() - cut).abs() < 1.0, "{:?}", a.rate());
-    // And back at the new share one decrease's worth (9.8) per
-    // fast_recovery_s: (98 - 62.7) / 9.8 x 5 s = 18 s.
+    assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
+    // And stays there while the table takes it.
     for ms in (5200..=24_000).step_by(100) {
-        a.after_attempt(&at(ms, false, 9.0, Some(100.0)));
+        a.after_attempt(&at(ms, false, 9.8, Some(100.0)));
     }
     assert!((a.rate().unwrap() - 98.0).abs() < 1e-9, "{:?}", a.rate());
+}
+
+#[test]
+fn a_worker_cut_below_its_new_share_by_a_capacity_drop_is_at_that_share_once_it_is_read() {
+    // A sixth of a 200 WCU/s table (32.7 units/s) for 3 s; the table then
+    // drops to 100, admitting this worker 10 units/s for 2 s, and a
+    // throttle comes before the poll: cut from what was accepted, to 9.
+    let sixth = |ms, throttled, units, capacity| Feedback {
+        share: Some(1.0 / 6.0),
+        ..at(ms, throttled, units, Some(capacity))
+    };
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    for ms in (0..3000).step_by(100) {
+        let r = a.rate().unwrap();
+        a.after_attempt(&sixth(ms, false, r / 10.0, 200.0));
+    }
+    for ms in (3000..5000).step_by(100) {
+        a.after_attempt(&sixth(ms, false, 1.0, 200.0));
+    }
+    a.after_attempt(&sixth(5000, true, 1.0, 200.0));
+    let fair = 100.0 / 6.0 * 0.98;
+    let cut = a.rate().unwrap();
+    assert!(cut < 0.6 * fair, "{cut}");
+    // The poll reads 100: at the new share (16.3), as a worker that read
+    // the capacity before any throttle is.
+    a.after_attempt(&sixth(5100, false, 1.0, 100.0));
+    assert!((a.rate().unwrap() - fair).abs() < 1e-9, "{:?}", a.rate());
 }
 
 #[test]
