@@ -34,7 +34,8 @@
 //!   client's share of it (its share of the consumer group's partitions), the
 //!   client starts at `target_fraction` x capacity x share. A larger
 //!   capacity scales the rate and `w_max` up by the same ratio, a smaller one
-//!   caps them at the new share (throttles have usually cut them already),
+//!   puts the rate at the new share and caps `w_max` there (throttles have
+//!   usually cut them already, and the drop explains those throttles),
 //!   and forgets what throttles taught. A new share (the same capacity)
 //!   scales them by its ratio both ways and keeps what was taught: the
 //!   group's work is spread anew over the same table. Every worker does the
