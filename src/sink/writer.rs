@@ -182,7 +182,9 @@ impl Writer {
                 () = ctl.pace(&turn, cost) => true,
                 () = self.acks.until_dead(alive) => false,
             };
-            drop(turn);
+            // The first request keeps the turn until its answer is heard:
+            // the next one is composed by what it shows.
+            let probe = ctl.probing().then_some(turn);
             send = self.keep_live(send, started);
             if !paced || send.is_empty() {
                 remaining = joined(send, rest);
@@ -226,6 +228,7 @@ impl Writer {
                     heard
                 }
                 Err(WriteError::Retryable(m)) => {
+                    drop(probe); // no answer: the next request probes
                     let d = transient.next_failure();
                     self.events(table, ctl).write_retry(&m, d);
                     remaining = joined(send, rest);
@@ -243,6 +246,7 @@ impl Writer {
                 }
                 None => Duration::ZERO,
             };
+            drop(probe);
             if remaining.is_empty() {
                 self.hold_slot(ctl, delay).await;
                 return Ok(Left::Done);

@@ -316,6 +316,16 @@ impl Control {
         }
     }
 
+    /// Whether a request keeps its turn until its answer is heard: the
+    /// strategy sizes requests by what the server admits at once and has
+    /// had no answer yet. Composed before the first answer, the second
+    /// request carried a whole batch too (one worker on a 10-unit bucket:
+    /// 50 units paced for the 13 admitted, and the first 375 ms spent on
+    /// two requests).
+    pub fn probing(&self) -> bool {
+        self.strategy.lock().probing()
+    }
+
     /// In its turn, waits until a request's cost may be spent at the pacing
     /// rate.
     pub async fn pace(&self, _turn: &Turn<'_>, units: u32) {

@@ -134,6 +134,14 @@ pub trait Strategy: Send + std::fmt::Debug {
         None
     }
 
+    /// Whether the strategy waits for the server's first answer before a
+    /// second request is composed: it sizes requests by what the server
+    /// admits at once, and nothing is known of that yet (see
+    /// `Control::probing`).
+    fn probing(&self) -> bool {
+        false
+    }
+
     /// The most the server has shown it admits at once, if it has shown a
     /// limit (see [`control::pacing_burst`]).
     fn admits_at_once(&self) -> Option<f64> {

@@ -732,6 +732,10 @@ impl Strategy for Adaptive {
         self.size.limit().filter(|_| self.cfg.shrink_requests)
     }
 
+    fn probing(&self) -> bool {
+        self.cfg.shrink_requests && self.metrics.invocations == 0
+    }
+
     fn admits_at_once(&self) -> Option<f64> {
         self.size.admits_at_once()
     }

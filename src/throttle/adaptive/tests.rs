@@ -239,6 +239,23 @@ fn a_server_admitting_less_than_a_request_shrinks_requests_not_the_rate() {
 }
 
 #[test]
+fn it_probes_until_the_first_answer_unless_it_keeps_requests_whole() {
+    // Requests are sized by what the server admits at once: nothing is
+    // known of that before the first answer, whatever it says.
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.hint(Some(200.0), Some(1.0));
+    assert!(a.probing());
+    a.after_attempt(&at(0, true, 0.0, Some(200.0)));
+    assert!(!a.probing(), "a throttle is an answer too");
+    // Requests kept whole: nothing to learn from the first answer.
+    let whole = Adaptive::new(AdaptiveConfig {
+        shrink_requests: false,
+        ..AdaptiveConfig::default()
+    });
+    assert!(!whole.probing());
+}
+
+#[test]
 fn does_not_grow_while_idle() {
     let mut a = Adaptive::new(AdaptiveConfig::default());
     for i in 0..100 {
