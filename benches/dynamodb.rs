@@ -43,7 +43,9 @@ use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use support::{col, configure, default_variant, trace_rows, Job, StopOnDrop, Variant, VARIANTS};
+use support::{
+    col, configure, default_variant, trace_rows, Job, StopOnDrop, Variant, WorkerRows, VARIANTS,
+};
 
 /// The anchors the issue names for these shapes (bench-throttle also runs
 /// naive retry and Heroku's proportional-remaining).
@@ -405,10 +407,9 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     // counters at the first job's end.
     let until = ra.wall_s.min(rb.wall_s) - 1.0;
     let (rows_a, rows_b) = (trace_rows(&ra.trace), trace_rows(&rb.trace));
-    type Rows = [Vec<[Option<f64>; col::COUNT]>];
     // A job's WCU written by `when` (its workers' counters at their last
     // sample by then).
-    let at = |rows: &Rows, when: f64| -> f64 {
+    let at = |rows: &[WorkerRows], when: f64| -> f64 {
         rows.iter()
             .map(|w| {
                 w.iter()
@@ -429,14 +430,14 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     // last write (its workers then wait, idle, for the group to be done,
     // and exit a few seconds later). A job that wrote nothing before the
     // other's end leaves no window.
-    let from = (first_write_on_trace(&ra.trace).max(first_write_on_trace(&rb.trace)) - 1.0)
+    let from = (first_write_on_trace(&rows_a).max(first_write_on_trace(&rows_b)) - 1.0)
         .clamp(0.0, until.max(0.0));
     let to = last_write_on_trace(&rows_a)
         .min(last_write_on_trace(&rows_b))
         .min(until)
         .max(from);
     let in_window =
-        |rows: &Rows| (at(rows, to) - at(rows, from)) / (CAPACITY * (to - from).max(1.0));
+        |rows: &[WorkerRows]| (at(rows, to) - at(rows, from)) / (CAPACITY * (to - from).max(1.0));
     let (formed_a, formed_b) = (in_window(&rows_a), in_window(&rows_b));
     let steady = steady_throttles(&st);
     // Job a's workers, then job b's.
@@ -493,7 +494,7 @@ async fn stepped(v: &Variant, workers: usize, on_demand: bool, n: usize, run: us
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
     let t = timeline(&st);
-    let first_write_on_trace = first_write_on_trace(&job.trace);
+    let first_write_on_trace = first_write_on_trace(&trace_rows(&job.trace));
     // The last seconds, as the job drains, are not a phase's steady state.
     let end = t.len().saturating_sub(3);
     let phases: Vec<Value> = steps
@@ -561,9 +562,10 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     let (from, to) = (2, t.len().saturating_sub(3));
     let steady = (to > from)
         .then(|| t[from..to].iter().map(|x| x[1]).sum::<f64>() / (CAPACITY * (to - from) as f64));
-    let formed_s = formed_at(&job.trace);
+    let rows = trace_rows(&job.trace);
+    let formed_s = formed_at(&rows);
     let formed = formed_s.and_then(|f| {
-        let on_timeline = f - first_write_on_trace(&job.trace);
+        let on_timeline = f - first_write_on_trace(&rows);
         formed_utilization(&t, on_timeline, duration, CAPACITY)
     });
     s.delete_table().await;
@@ -595,9 +597,8 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
 /// The proxy's timeline starts at the first write, the workers' trace at
 /// the job's start: the first second with WCU written, on the trace's clock
 /// (sampled each second, so the write went within the second before it).
-fn first_write_on_trace(trace: &Value) -> f64 {
-    trace_rows(trace)
-        .iter()
+fn first_write_on_trace(rows: &[WorkerRows]) -> f64 {
+    rows.iter()
         .flatten()
         .filter(|r| r[col::WCU].is_some_and(|w| w > 0.0))
         .filter_map(|r| r[col::T])
@@ -606,7 +607,7 @@ fn first_write_on_trace(trace: &Value) -> f64 {
 
 /// The sample at which a job's last write shows: the latest, over its
 /// workers, of the first row with the worker's final WCU (0: no rows).
-fn last_write_on_trace(rows: &[Vec<[Option<f64>; col::COUNT]>]) -> f64 {
+fn last_write_on_trace(rows: &[WorkerRows]) -> f64 {
     rows.iter()
         .filter_map(|w| {
             let done = w.iter().filter_map(|r| r[col::WCU]).next_back()?;
@@ -624,13 +625,12 @@ fn last_write_on_trace(rows: &[Vec<[Option<f64>; col::COUNT]>]) -> f64 {
 /// README's shallow tables); a Kafka broker hands every member its
 /// partitions at once. (A share of 0: the worker knows the topic's
 /// partitions but holds none.)
-fn formed_at(trace: &Value) -> Option<f64> {
-    let workers = trace_rows(trace);
+fn formed_at(workers: &[WorkerRows]) -> Option<f64> {
     if workers.is_empty() {
         return None;
     }
     let mut at = 0.0_f64;
-    for w in &workers {
+    for w in workers {
         let first = w.iter().find(|r| r[col::SHARE].is_some_and(|s| s > 0.0))?;
         at = at.max(first[col::T]?);
     }

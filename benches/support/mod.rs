@@ -279,8 +279,11 @@ impl Job {
     }
 }
 
+/// One worker's trace rows (columns: [`col`]).
+pub type WorkerRows = Vec<[Option<f64>; col::COUNT]>;
+
 /// A trace's rows, per worker (see [`col`]).
-pub fn trace_rows(trace: &Value) -> Vec<Vec<[Option<f64>; col::COUNT]>> {
+pub fn trace_rows(trace: &Value) -> Vec<WorkerRows> {
     if trace.is_null() {
         return Vec::new();
     }

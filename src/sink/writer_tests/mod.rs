@@ -347,6 +347,34 @@ async fn batches_waiting_their_turn_are_sized_by_what_the_table_admitted_meanwhi
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_first_request_that_meets_a_transient_error_hands_the_probe_on() {
+    // The first request keeps its turn until it is answered; a transient
+    // error is no answer, so it hands the turn on as it backs off (at
+    // least 70 ms): the other batch's request probes meanwhile.
+    let script = failing_first(1, || WriteError::Retryable("connection reset".into()));
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl.set_capacity(Some(200.0));
+    let ids =
+        |p: &str| -> Vec<String> { (0..2).map(|i| format!(r#"{{"id":"{p}{i}"}}"#)).collect() };
+    let (a, b) = (s.batch(&ids("a")), s.batch(&ids("b")));
+    let done = tokio::join!(s.write(a), s.write(b));
+    done.0.unwrap();
+    done.1.unwrap();
+    let calls = s.sink.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_ne!(
+        calls[1].ids, calls[0].ids,
+        "the other batch next: {calls:?}"
+    );
+    assert_eq!(calls[2].ids, calls[0].ids, "then the retry: {calls:?}");
+    assert!(
+        calls[1].at - calls[0].at < Duration::from_millis(70),
+        "the other batch waited out the backoff: {calls:?}"
+    );
+    assert_eq!(s.watermark(), Some(4));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_table_with_indexes_sizes_requests_by_the_items_own_cost() {
     // ConsumedCapacity counts index writes (4 WCU per 1 WCU item here): the
     // first answer writes 3 of 10 items and reports 12 WCU consumed.
