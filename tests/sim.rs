@@ -1,8 +1,9 @@
 //! `ingest sim` on the shipped scenarios, in virtual time (nothing sleeps):
 //! the anchors reproduce their published shape, the default strategy meets its
-//! targets on Heroku's scenario, seed 000's graph rises to 291.9 ms, runs are
-//! deterministic, and the command line writes its outputs and rejects bad
-//! scenarios with a clear error.
+//! targets on Heroku's scenario, seed 000's graph rises to 291.9 ms, no
+//! client collapses or starves on a shallow bucket, runs are deterministic,
+//! and the command line writes its outputs and rejects bad scenarios with a
+//! clear error.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -359,5 +360,50 @@ fn time_slots_on_clocks_that_disagree_fall_back_to_sending_at_any_time() {
             far.utilization >= none.utilization - 0.04 && far.retry_rate <= 1.5 * none.retry_rate,
             "seed {seed}: half a second apart {far:?} vs without slots {none:?}"
         );
+    }
+}
+
+/// Six clients on the shallow bucket (a count it was not tuned on): none
+/// starves. Over every 20 s of the run, each client of the default writes
+/// at least a quarter of its fair share (8.3 of 33 units/s; measured on
+/// seeds 1-8: 10.9 at the least).
+///
+/// The hazard it guards: a client that leaves its peers' time slots (its
+/// slots' trial failed) writes into their parts, where the table's bucket
+/// is empty by design. Most of its requests are throttled whatever its
+/// rate. If those throttles settle its rate (each settled cut taken from
+/// what it wrote lately), it spirals down, and the throttles it causes in
+/// its peers' parts can fail their trials too. A variant in which slotted
+/// clients never settled (2026-11-27) did that: its edge throttles failed
+/// trials in 6 of 8 seeds, and clients fell to 0.7-6 units/s for a minute
+/// or more.
+#[test]
+fn six_clients_on_a_shallow_bucket_none_starves() {
+    let mut sc = sim::load(&scenario("shallow-bucket")).unwrap();
+    sc.clients.count = 6;
+    let window_s = 20.0;
+    let floor = 0.25 * 200.0 / 6.0;
+    for seed in 1..=8 {
+        sc.seed = seed;
+        let r = sim::run(&sc).unwrap();
+        let i = r.scores.iter().position(|s| s.label == "adaptive").unwrap();
+        let windows = (sc.duration_s / window_s) as usize;
+        let mut written = vec![vec![0.0; windows]; 6];
+        for a in &r.runs[i].attempts {
+            let w = (a.t_s / window_s) as usize;
+            if w < windows {
+                written[a.client as usize][w] += a.accepted_units;
+            }
+        }
+        for (client, ws) in written.iter().enumerate() {
+            for (w, units) in ws.iter().enumerate() {
+                let rate = units / window_s;
+                assert!(
+                    rate >= floor,
+                    "seed {seed}: client {client} wrote {rate:.1} units/s from {}s (floor {floor:.1})",
+                    w as f64 * window_s
+                );
+            }
+        }
     }
 }
