@@ -78,6 +78,12 @@
 //!   memory of `settle_max_s` instead throttled less under a steady neighbour
 //!   (1.6-1.8%) but left an on-demand table that is still ramping up at
 //!   70-80% utilization instead of 95-96%.)
+//! - **Collisions are not a rate signal.** Below `COLLISION_BELOW` of its
+//!   fair share, on a table that admits at once less than a tenth of a
+//!   second of its capacity (the table's shape where peers keep to time
+//!   slots), a throttle cuts nothing: out of the slots, peers' requests
+//!   meet this client's whatever its rate, and cutting on them spiralled
+//!   one client of six down to a few percent of its share.
 //! - **Hard ceilings.** A throttle that names an account limit or the
 //!   table's on-demand maximum (`ceiling`) caps the rate at
 //!   `target_fraction` x the rate the server accepted then, for
@@ -133,6 +139,19 @@ const SHALLOW_S: f64 = 0.25;
 /// table's capacity is one where peers keep to time slots (see
 /// `Strategy::slotted`).
 const SLOTTED_S: f64 = 0.1;
+
+/// Below this part of its fair share, on a table that admits at once less
+/// than `SLOTTED_S` of its capacity, a throttle does not cut the rate: it
+/// is a collision with peers' requests, which come at any rate of this
+/// client's, not a rate signal. Without it, six clients of `ingest sim`'s
+/// shallow bucket out of their time slots (clock skews of 60-250 ms, or
+/// slots off) cut settled rates from what they wrote lately, and in most
+/// seeds one of them spiralled down to 1-9% of its share over 20 s (test
+/// `six_clients_on_a_shallow_bucket_none_starves`). Not half the share (the size
+/// signal's `slow_below`): two jobs on one table put every worker there,
+/// and their throttles are rate signals (`ingest sim`'s two-jobs, seed 8:
+/// 4.4% throttled instead of 1.7%).
+const COLLISION_BELOW: f64 = 0.25;
 
 /// Time slots are kept only while they work (see `watch_slots`): after
 /// `SLOT_GRACE` slotted (peers join their parts at different moments),
@@ -485,6 +504,22 @@ impl Adaptive {
         }
     }
 
+    /// Whether the table has shown it admits at once less than `SLOTTED_S`
+    /// of its capacity, and admitted no request as large whole lately: one
+    /// where peers keep to time slots (`Strategy::slotted`), if they may.
+    /// Not where a request as large was admitted whole lately: a size
+    /// signal while slow keeps only half of that (`size`), and a deep
+    /// bucket that another job keeps low read as shallow then.
+    fn slot_shaped(&self) -> bool {
+        self.capacity.is_some_and(|c| {
+            self.whole_lately < SLOTTED_S * c
+                && self
+                    .size
+                    .admits_at_once()
+                    .is_some_and(|p| p < SLOTTED_S * c)
+        })
+    }
+
     /// Whether the server has shown it admits at once less than
     /// `SHALLOW_S` of `rate` (units/s).
     fn shallow(&self, rate: f64) -> bool {
@@ -633,7 +668,10 @@ impl Strategy for Adaptive {
                 .size
                 .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
         self.whole_lately = self.size.largest_whole(fb.now);
-        if fb.throttled && !size_signal {
+        // Far below its share on a table that admits little at once, a
+        // throttle is a collision with peers, not a rate signal.
+        let collision = self.slot_shaped() && fair.is_some_and(|f| self.rate < COLLISION_BELOW * f);
+        if fb.throttled && !size_signal && !collision {
             // The accepted rate means something only over a full window.
             let measured = if fb.now.saturating_sub(first_seen) >= window {
                 self.accepted_rate(fb.now)
@@ -741,17 +779,7 @@ impl Strategy for Adaptive {
     }
 
     fn slotted(&self) -> bool {
-        // Not where a request as large was admitted whole lately: a size
-        // signal while slow keeps only half of that (`size`), and a deep
-        // bucket that another job keeps low read as shallow then.
-        self.slots_allowed()
-            && self.capacity.is_some_and(|c| {
-                self.whole_lately < SLOTTED_S * c
-                    && self
-                        .size
-                        .admits_at_once()
-                        .is_some_and(|p| p < SLOTTED_S * c)
-            })
+        self.slots_allowed() && self.slot_shaped()
     }
 
     fn current_delay(&self) -> Duration {

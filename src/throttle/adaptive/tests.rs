@@ -798,3 +798,46 @@ fn a_key_ranges_refusals_cut_the_rate_plainly_and_do_not_settle_it() {
     assert!(r[0] < 15.0, "{r:?}");
     assert!(r[1] < 0.9 * fair, "{r:?}");
 }
+
+/// A sixth of a 200 WCU/s table whose bucket admits 10 units at once (a
+/// table where peers keep to time slots), throttled on one answer in three
+/// whatever its rate: requests meeting peers' out of their slots. The rate
+/// is cut, but not below a quarter of the share: below it a throttle is a
+/// collision, not a rate signal. On a table that admitted a whole batch
+/// lately, the same throttles are rate signals and cut it on down.
+#[test]
+fn far_below_its_share_on_a_slotted_table_a_throttle_is_a_collision() {
+    let run = |first_written: f64| {
+        let mut a = Adaptive::new(AdaptiveConfig {
+            time_slots: false,
+            ..AdaptiveConfig::default()
+        });
+        let fb = |ms: u64, sent: f64, written: f64| Feedback {
+            sent_units: sent,
+            written_units: written,
+            share: Some(1.0 / 6.0),
+            ..at(ms, written < sent, written, Some(200.0))
+        };
+        a.after_attempt(&fb(0, 50.0, first_written));
+        let mut lowest = f64::MAX;
+        for i in 1..600u64 {
+            // An answer every 100 ms carrying a tenth of a second's pace;
+            // one in three is refused whole (a throttling error: the
+            // table's bucket was empty when it came).
+            let r = a.rate().unwrap();
+            let sent = (r / 10.0).clamp(1.0, 10.0);
+            let written = if i % 3 == 0 { 0.0 } else { sent };
+            a.after_attempt(&fb(i * 100, sent, written));
+            lowest = lowest.min(a.rate().unwrap());
+        }
+        lowest
+    };
+    let fair = 200.0 / 6.0 * 0.98;
+    let slotted = run(10.0);
+    assert!(
+        slotted > 0.5 * COLLISION_BELOW * fair,
+        "{slotted} vs {fair}"
+    );
+    let deep = run(50.0);
+    assert!(deep < 0.05 * fair, "{deep} vs {fair}");
+}
