@@ -5,13 +5,19 @@
 //! answer `after_attempt`, then wait the delay it returns before the retry of
 //! what is left or the next request.
 //!
+//! A client writes `in_flight` batches at once, as a worker writes up to
+//! `max_in_flight_batches` (each a lane here), with one strategy and one
+//! pacer. As in the worker, a request takes the pacer's turn before it is
+//! composed and holds it while its cost is paced (and, while the strategy
+//! probes, until its answer): the other lanes wait for the turn in order.
+//!
 //! Events are ordered by (time, sequence number), and every random draw comes
 //! from a generator seeded by (scenario seed, client), so a run is a pure
 //! function of the scenario: the same scenario and seed give the same numbers,
 //! and every strategy sees the same workload.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -63,11 +69,9 @@ enum Step {
     Answer,
 }
 
-struct Client {
-    strategy: Box<dyn Strategy>,
-    pacer: Pacer<FakeRelativeClock>,
-    rng: SmallRng,
-    start: Duration,
+/// One batch in flight.
+#[derive(Default)]
+struct Lane {
     /// Costs of the items still to write.
     pending: Vec<f64>,
     /// How many of them (the leading ones) this attempt carries.
@@ -78,6 +82,19 @@ struct Client {
     sent_at: Duration,
     latency: Duration,
     answer: Option<super::server::Answer>,
+}
+
+struct Client {
+    strategy: Box<dyn Strategy>,
+    pacer: Pacer<FakeRelativeClock>,
+    rng: SmallRng,
+    start: Duration,
+    lanes: Vec<Lane>,
+    /// The lane holding the pacer's turn, and the lanes waiting for it.
+    turn: Option<usize>,
+    waiting: VecDeque<usize>,
+    /// Clear probe: this client stopped.
+    stopped: bool,
     window: AcceptedWindow,
     /// Its share of the capacity, when told (1 / its job's clients).
     share: Option<f64>,
@@ -125,8 +142,10 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
     let mut clients: Vec<Client> = (0..sc.clients.count)
         .map(|i| run.client(i, strategy, &clock))
         .collect();
-    for (i, cl) in clients.iter().enumerate() {
-        run.push(cl.start, i, Step::NewRequest);
+    for lane in 0..sc.clients.in_flight {
+        for (i, cl) in clients.iter().enumerate() {
+            run.push(cl.start, (i, lane), Step::NewRequest);
+        }
     }
     let end = Duration::from_secs_f64(sc.duration_s);
     while let Some(Reverse((t, _, id, step))) = run.queue.pop() {
@@ -137,19 +156,23 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
             clock.advance(t - clock_at);
             clock_at = t;
         }
-        let cl = &mut clients[id];
+        let cl = &mut clients[id.0];
+        if cl.stopped {
+            continue;
+        }
         let next = match step {
-            Step::NewRequest => run.new_request(cl, t),
-            Step::Pace => run.pace(cl, t),
+            Step::NewRequest => run.new_request(cl, id.1, t),
+            Step::Pace => run.pace(cl, id, t),
             Step::Arrive => {
-                cl.answer = Some(run.server.request(&cl.pending[..cl.sending], t));
-                Next::At(cl.sent_at + cl.latency, Step::Answer)
+                let l = &mut cl.lanes[id.1];
+                l.answer = Some(run.server.request(&l.pending[..l.sending], t));
+                Next::At(l.sent_at + l.latency, Step::Answer)
             }
             Step::Answer => run.answer(cl, id, t),
         };
         match next {
             Next::At(at, step) => run.push(at, id, step),
-            Next::Stopped => {}
+            Next::Waiting | Next::Stopped => {}
             Next::AllStopped => break,
         }
     }
@@ -161,9 +184,14 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
     out
 }
 
+/// A client (and lane) to resume: (time, sequence, (client, lane), step).
+type Event = (Duration, u64, (usize, usize), Step);
+
 /// What a client does after an event.
 enum Next {
     At(Duration, Step),
+    /// Waiting for the pacer's turn (woken when it is handed on).
+    Waiting,
     /// Clear probe: this client stopped.
     Stopped,
     /// Clear probe: the last client stopped.
@@ -178,7 +206,7 @@ struct Run<'a> {
     /// The bucket size the server's reported level is a fraction of.
     bucket_size: f64,
     burst: NonZeroU32,
-    queue: BinaryHeap<Reverse<(Duration, u64, usize, Step)>>,
+    queue: BinaryHeap<Reverse<Event>>,
     seq: u64,
     stopped: usize,
     out: Outcome,
@@ -207,7 +235,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn push(&mut self, t: Duration, id: usize, step: Step) {
+    fn push(&mut self, t: Duration, id: (usize, usize), step: Step) {
         self.seq += 1;
         self.queue.push(Reverse((t, self.seq, id, step)));
     }
@@ -257,13 +285,16 @@ impl<'a> Run<'a> {
             strategy,
             rng,
             start,
-            pending: Vec::new(),
-            sending: 0,
-            to_pace: None,
-            wait_from: start,
-            sent_at: start,
-            latency: Duration::ZERO,
-            answer: None,
+            lanes: (0..c.in_flight)
+                .map(|_| Lane {
+                    wait_from: start,
+                    sent_at: start,
+                    ..Lane::default()
+                })
+                .collect(),
+            turn: None,
+            waiting: VecDeque::new(),
+            stopped: false,
             window: AcceptedWindow::new(REMAINING_WINDOW),
             share,
             slot_parts,
@@ -273,57 +304,83 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// A new batch, unless the workload is idle now.
-    fn new_request(&self, cl: &mut Client, t: Duration) -> Next {
+    /// A new batch on `lane`, unless the workload is idle now.
+    fn new_request(&self, cl: &mut Client, lane: usize, t: Duration) -> Next {
         let c = &self.sc.clients;
         if let Workload::Cycle { busy_s, idle_s } = c.workload {
             let period = busy_s + idle_s;
             let into = (t.saturating_sub(cl.start)).as_secs_f64() % period;
             if into >= busy_s {
                 let resume = t + Duration::from_secs_f64(period - into);
-                cl.wait_from = resume;
+                cl.lanes[lane].wait_from = resume;
                 return Next::At(resume, Step::NewRequest);
             }
         }
-        cl.pending = (0..c.items)
+        cl.lanes[lane].pending = (0..c.items)
             .map(|_| draw(&c.cost, &mut cl.rng).ceil())
             .collect();
         let d = cl.strategy.before_call(t);
         Next::At(t + d, Step::Pace)
     }
 
-    /// Takes the attempt's units from the pacer, then sends it.
-    fn pace(&self, cl: &mut Client, t: Duration) -> Next {
-        let mut left = match cl.to_pace {
-            Some(l) => l,
+    /// Hands the pacer's turn on from the lane holding it to the next
+    /// waiting lane, which goes on at `t`.
+    fn hand_on(&mut self, cl: &mut Client, client: usize, t: Duration) {
+        cl.turn = None;
+        if let Some(next) = cl.waiting.pop_front() {
+            self.push(t, (client, next), Step::Pace);
+        }
+    }
+
+    /// Takes the pacer's turn, composes the attempt, takes its units from
+    /// the pacer, then sends it.
+    fn pace(&mut self, cl: &mut Client, id: (usize, usize), t: Duration) -> Next {
+        let (client, lane) = id;
+        match cl.turn {
+            Some(holder) if holder != lane => {
+                cl.waiting.push_back(lane);
+                return Next::Waiting;
+            }
+            _ => cl.turn = Some(lane),
+        }
+        let l = &mut cl.lanes[lane];
+        let mut left = match l.to_pace {
+            Some(left) => left,
             None => {
                 let limit = cl.pacer.request_limit(cl.strategy.max_request_units());
-                cl.sending = leading_within(cl.pending.iter().copied(), limit);
-                cl.pending[..cl.sending].iter().sum::<f64>().ceil() as u32
+                l.sending = leading_within(l.pending.iter().copied(), limit);
+                l.pending[..l.sending].iter().sum::<f64>().ceil() as u32
             }
         };
         while left > 0 {
             match cl.pacer.check(left) {
                 Ok(n) => left -= n,
                 Err(w) => {
-                    cl.to_pace = Some(left);
+                    l.to_pace = Some(left);
                     return Next::At(t + w, Step::Pace);
                 }
             }
         }
-        cl.to_pace = None;
-        cl.attempts += 1;
-        cl.sent_at = t;
+        l.to_pace = None;
+        l.sent_at = t;
         let latency_ms = draw(&self.sc.clients.latency_ms, &mut cl.rng);
-        cl.latency = Duration::from_secs_f64(latency_ms / 1e3);
-        Next::At(t + cl.latency / 2, Step::Arrive)
+        l.latency = Duration::from_secs_f64(latency_ms / 1e3);
+        let arrive = t + l.latency / 2;
+        cl.attempts += 1;
+        // The first request keeps the turn until its answer is heard.
+        if !cl.strategy.probing() {
+            self.hand_on(cl, client, t);
+        }
+        Next::At(arrive, Step::Arrive)
     }
 
     /// The answer: keep what is left, tell the strategy, record the attempt.
-    fn answer(&mut self, cl: &mut Client, id: usize, t: Duration) -> Next {
+    fn answer(&mut self, cl: &mut Client, id: (usize, usize), t: Duration) -> Next {
+        let (client, lane) = id;
         let c = &self.sc.clients;
-        let a = cl.answer.take().expect("an answer arrived");
-        let sent = &cl.pending[..cl.sending];
+        let l = &mut cl.lanes[lane];
+        let a = l.answer.take().expect("an answer arrived");
+        let sent = &l.pending[..l.sending];
         let units: f64 = sent.iter().sum();
         let mut left: Vec<f64> = sent
             .iter()
@@ -332,8 +389,8 @@ impl<'a> Run<'a> {
             .map(|(c, _)| *c)
             .collect();
         let throttled = !left.is_empty();
-        left.extend_from_slice(&cl.pending[cl.sending..]);
-        cl.pending = left;
+        left.extend_from_slice(&l.pending[l.sending..]);
+        l.pending = left;
         cl.throttled += u64::from(throttled);
         self.out.items_written += a.accepted_items() as u64;
         let (capacity, warm) = if c.know_capacity {
@@ -366,20 +423,26 @@ impl<'a> Run<'a> {
             let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
             cl.pacer.steer(Some(r), burst, slots);
         }
+        if cl.turn == Some(lane) {
+            // A probe's answer: the turn goes on.
+            self.hand_on(cl, client, t);
+        }
+        let l = &mut cl.lanes[lane];
         self.out.attempts.push(Attempt {
-            client: id as u32,
-            t_s: cl.sent_at.as_secs_f64(),
-            wait_s: cl.sent_at.saturating_sub(cl.wait_from).as_secs_f64(),
+            client: client as u32,
+            t_s: l.sent_at.as_secs_f64(),
+            wait_s: l.sent_at.saturating_sub(l.wait_from).as_secs_f64(),
             units,
             accepted_units: a.accepted_units,
             throttled,
             remaining: a.remaining,
         });
-        cl.wait_from = t;
+        l.wait_from = t;
         if let Mode::Clear = self.mode {
             let stop_at = self.sc.clear.as_ref().map_or(0.0, |c| c.stop_at_remaining);
             let left = a.remaining.map_or(0.0, |r| r * self.bucket_size);
             if throttled || left <= stop_at {
+                cl.stopped = true;
                 self.stopped += 1;
                 if self.stopped == c.count {
                     self.out.cleared_at = Some(t);
@@ -388,7 +451,7 @@ impl<'a> Run<'a> {
                 return Next::Stopped;
             }
         }
-        let next = if cl.pending.is_empty() {
+        let next = if cl.lanes[lane].pending.is_empty() {
             Step::NewRequest
         } else {
             Step::Pace

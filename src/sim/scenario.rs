@@ -194,6 +194,10 @@ pub struct Clients {
     /// per client), milliseconds: time slots follow each one's own clock.
     #[serde(default)]
     pub clock_skew_ms: f64,
+    /// Batches each client writes at once (the worker's
+    /// `dynamodb.max_in_flight_batches`), sharing its strategy and pacer.
+    #[serde(default = "one_usize")]
+    pub in_flight: usize,
 }
 
 /// The time-to-clear probe (seed 004): a separate run where the server holds
@@ -218,6 +222,9 @@ fn positive(x: f64) -> bool {
 fn non_negative(x: f64) -> bool {
     x >= 0.0
 }
+
+/// The most batches a client writes at once (the worker's own limit).
+pub const MAX_IN_FLIGHT: usize = 256;
 
 fn one() -> Dist {
     Dist::Fixed(1.0)
@@ -376,6 +383,12 @@ impl Scenario {
         if c.pacing_rate.is_some_and(|r| !positive(r)) {
             return bad("clients.pacing_rate: must be > 0".into());
         }
+        if !(1..=MAX_IN_FLIGHT).contains(&c.in_flight) {
+            return bad(format!(
+                "clients.in_flight = {}: must be in [1, {MAX_IN_FLIGHT}]",
+                c.in_flight
+            ));
+        }
         if !(0.0..1000.0).contains(&c.clock_skew_ms) {
             return bad(format!(
                 "clients.clock_skew_ms: must be >= 0 and < 1000 (got {})",
@@ -466,6 +479,7 @@ mod tests {
     fn a_minimal_scenario_takes_the_defaults() {
         let s = Scenario::parse(MINIMAL).unwrap();
         assert_eq!(s.clients.cost, Dist::Fixed(1.0));
+        assert_eq!(s.clients.in_flight, 1);
         assert!(s.reports_remaining());
         assert_eq!(s.entries().unwrap()[0].label, "adaptive");
     }
@@ -504,6 +518,11 @@ mod tests {
                 "count = 2",
                 "count = 2\ncolour = 1",
                 "unknown field `colour`",
+            ),
+            (
+                "count = 2",
+                "count = 2\nin_flight = 0",
+                "clients.in_flight = 0: must be in [1, 256]",
             ),
         ];
         for (from, to, want) in cases {
