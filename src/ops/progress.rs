@@ -147,17 +147,20 @@ mod tests {
 
     #[test]
     fn the_rate_meter_starts_when_the_work_does() {
-        // A worker that waits 5 s for its partitions, then writes 100/s: the
-        // first rate is 100/s, not 100/s smoothed up from 0.
+        // A worker that waits 5 s for its partitions, starts writing late
+        // in the 6th second (12 records), then writes 100/s: the first rate
+        // is 100/s, not 100/s smoothed up from 0, nor the 12 of the
+        // interval in which the work started.
         let t0 = Instant::now();
         let mut m = RateMeter::new(Duration::from_secs(10));
         for s in 0..=5 {
             assert_eq!(m.observe(t0 + Duration::from_secs(s), 0), None);
         }
-        let r = m.observe(t0 + Duration::from_secs(6), 100).unwrap();
+        assert_eq!(m.observe(t0 + Duration::from_secs(6), 12), None);
+        let r = m.observe(t0 + Duration::from_secs(7), 112).unwrap();
         assert!((r - 100.0).abs() < 1e-9, "{r}");
         // Once started, a stall is a real rate of 0 (smoothed).
-        let r = m.observe(t0 + Duration::from_secs(7), 100).unwrap();
+        let r = m.observe(t0 + Duration::from_secs(8), 112).unwrap();
         assert!(r < 100.0 && r > 0.0, "{r}");
     }
 
@@ -166,12 +169,13 @@ mod tests {
         let t0 = Instant::now();
         let mut m = RateMeter::new(Duration::from_secs(10));
         assert_eq!(m.observe(t0, 0), None);
-        let r1 = m.observe(t0 + Duration::from_secs(1), 100).unwrap();
+        assert_eq!(m.observe(t0 + Duration::from_secs(1), 50), None);
+        let r1 = m.observe(t0 + Duration::from_secs(2), 150).unwrap();
         assert!((r1 - 100.0).abs() < 1e-9, "first rate is the instant one");
         let mut r = r1;
-        for s in 2..=60 {
+        for s in 3..=60 {
             r = m
-                .observe(t0 + Duration::from_secs(s), 100 + 200 * (s - 1))
+                .observe(t0 + Duration::from_secs(s), 150 + 200 * (s - 2))
                 .unwrap();
         }
         assert!((r - 200.0).abs() < 1.0, "converges to 200/s, got {r}");
