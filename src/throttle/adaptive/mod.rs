@@ -669,8 +669,11 @@ impl Strategy for Adaptive {
                 .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
         self.whole_lately = self.size.largest_whole(fb.now);
         // Far below its share on a table that admits little at once, a
-        // throttle is a collision with peers, not a rate signal.
-        let collision = self.slot_shaped() && fair.is_some_and(|f| self.rate < COLLISION_BELOW * f);
+        // throttle is a collision with peers, not a rate signal; unless it
+        // names a hard ceiling (the server's own word on why).
+        let collision = !self.ceiling_next
+            && self.slot_shaped()
+            && fair.is_some_and(|f| self.rate < COLLISION_BELOW * f);
         if fb.throttled && !size_signal && !collision {
             // The accepted rate means something only over a full window.
             let measured = if fb.now.saturating_sub(first_seen) >= window {

@@ -841,3 +841,42 @@ fn far_below_its_share_on_a_slotted_table_a_throttle_is_a_collision() {
     let deep = run(50.0);
     assert!(deep < 0.05 * fair, "{deep} vs {fair}");
 }
+
+/// A throttle that names a hard ceiling (an account limit) is the server's
+/// word, not a collision, however far below its share the client is: it
+/// cuts and caps the rate there, and the flag is spent on that answer, not
+/// kept for a later throttle.
+#[test]
+fn a_named_ceiling_is_not_a_collision() {
+    let mut a = Adaptive::new(AdaptiveConfig {
+        time_slots: false,
+        ..AdaptiveConfig::default()
+    });
+    let fb = |ms: u64, sent: f64, written: f64| Feedback {
+        sent_units: sent,
+        written_units: written,
+        share: Some(1.0 / 6.0),
+        ..at(ms, written < sent, written, Some(200.0))
+    };
+    // A table that admits 10 units at once, as in the test above; refusals
+    // take the rate under the collision line.
+    a.after_attempt(&fb(0, 50.0, 10.0));
+    let line = COLLISION_BELOW * 200.0 / 6.0 * 0.98;
+    let mut ms = 0;
+    while a.rate().unwrap() >= line {
+        ms += 100;
+        assert!(ms < 60_000, "never under the line: {:?}", a.rate());
+        let r = a.rate().unwrap();
+        let sent = (r / 10.0).clamp(1.0, 10.0);
+        let written = if ms % 300 == 0 { 0.0 } else { sent };
+        a.after_attempt(&fb(ms, sent, written));
+    }
+    // Past the cooldown, the next refusal names an account limit.
+    ms += 2_000;
+    let before = a.rate().unwrap();
+    a.ceiling();
+    a.after_attempt(&fb(ms, 1.0, 0.0));
+    let after = a.rate().unwrap();
+    assert!(after < before, "{after} vs {before}");
+    assert!(!a.ceiling_next, "the flag is spent");
+}
