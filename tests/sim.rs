@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ingest::sim::{self, report::Score};
+use ingest::sim::{self, engine::Attempt, report::Score};
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,6 +26,16 @@ fn by<'a>(scores: &'a [Score], label: &str) -> &'a Score {
         .iter()
         .find(|s| s.label == label)
         .unwrap_or_else(|| panic!("no {label}"))
+}
+
+/// One strategy's score and attempts in a run of every strategy.
+fn run_of<'a>(r: &'a sim::Results, label: &str) -> (&'a Score, &'a [Attempt]) {
+    let i = r
+        .scores
+        .iter()
+        .position(|s| s.label == label)
+        .unwrap_or_else(|| panic!("no {label}"));
+    (&r.scores[i], &r.runs[i].attempts)
 }
 
 #[test]
@@ -384,7 +394,6 @@ fn time_slots_on_clocks_that_disagree_fall_back_to_sending_at_any_time() {
 #[test]
 fn six_clients_on_a_shallow_bucket_none_starves() {
     let window_s = 20.0;
-    let share = 200.0 / 6.0;
     for (label, skew_ms, floor) in [
         ("adaptive", 0.0, 0.25),
         ("adaptive", 250.0, 0.05),
@@ -393,13 +402,13 @@ fn six_clients_on_a_shallow_bucket_none_starves() {
         let mut sc = sim::load(&scenario("shallow-bucket")).unwrap();
         sc.clients.count = 6;
         sc.clients.clock_skew_ms = skew_ms;
+        let share = 200.0 / sc.clients.count as f64;
         for seed in 1..=8 {
             sc.seed = seed;
             let r = sim::run(&sc).unwrap();
-            let i = r.scores.iter().position(|s| s.label == label).unwrap();
             let windows = (sc.duration_s / window_s) as usize;
-            let mut written = vec![vec![0.0; windows]; 6];
-            for a in &r.runs[i].attempts {
+            let mut written = vec![vec![0.0; windows]; sc.clients.count];
+            for a in run_of(&r, label).1 {
                 let w = (a.t_s / window_s) as usize;
                 if w < windows {
                     written[a.client as usize][w] += a.accepted_units;
@@ -436,8 +445,8 @@ fn clients_with_batches_in_flight_share_the_pacers_turn() {
         sc.seed = seed;
         let run = |sc: &sim::scenario::Scenario| {
             let r = sim::run(sc).unwrap();
-            let i = r.scores.iter().position(|s| s.label == "adaptive").unwrap();
-            (r.scores[i].clone(), r.runs[i].attempts.clone())
+            let (score, attempts) = run_of(&r, "adaptive");
+            (score.clone(), attempts.to_vec())
         };
         sc.clients.in_flight = 1;
         let (one, _) = run(&sc);

@@ -176,7 +176,12 @@ fn dynamodb(s: &Settings) -> Result<(), ConfigError> {
         300_000,
     )?;
     let in_flight = d.max_in_flight_batches as u64;
-    in_range("dynamodb.max_in_flight_batches", in_flight, 1, 256)?;
+    in_range(
+        "dynamodb.max_in_flight_batches",
+        in_flight,
+        1,
+        super::MAX_IN_FLIGHT_BATCHES as u64,
+    )?;
     s_in("dynamodb.start_patience_s", d.start_patience, 0, 3_600)
 }
 

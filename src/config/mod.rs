@@ -117,6 +117,9 @@ pub enum KafkaAuth {
     AwsMskIam,
 }
 
+/// The most batches a worker writes at once (`dynamodb.max_in_flight_batches`).
+pub const MAX_IN_FLIGHT_BATCHES: usize = 256;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DynamoSettings {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::config::MAX_IN_FLIGHT_BATCHES;
 use crate::throttle::StrategyConfig;
 
 use super::SimError;
@@ -223,9 +224,6 @@ fn non_negative(x: f64) -> bool {
     x >= 0.0
 }
 
-/// The most batches a client writes at once (the worker's own limit).
-pub const MAX_IN_FLIGHT: usize = 256;
-
 fn one() -> Dist {
     Dist::Fixed(1.0)
 }
@@ -383,9 +381,9 @@ impl Scenario {
         if c.pacing_rate.is_some_and(|r| !positive(r)) {
             return bad("clients.pacing_rate: must be > 0".into());
         }
-        if !(1..=MAX_IN_FLIGHT).contains(&c.in_flight) {
+        if !(1..=MAX_IN_FLIGHT_BATCHES).contains(&c.in_flight) {
             return bad(format!(
-                "clients.in_flight = {}: must be in [1, {MAX_IN_FLIGHT}]",
+                "clients.in_flight = {}: must be in [1, {MAX_IN_FLIGHT_BATCHES}]",
                 c.in_flight
             ));
         }

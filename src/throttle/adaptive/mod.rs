@@ -507,9 +507,9 @@ impl Adaptive {
     /// Whether the table has shown it admits at once less than `SLOTTED_S`
     /// of its capacity, and admitted no request as large whole lately: one
     /// where peers keep to time slots (`Strategy::slotted`), if they may.
-    /// Not where a request as large was admitted whole lately: a size
-    /// signal while slow keeps only half of that (`size`), and a deep
-    /// bucket that another job keeps low read as shallow then.
+    /// (The second condition because a size signal while slow keeps only
+    /// half of the largest request admitted whole (`size`), and a deep
+    /// bucket that another job keeps low read as shallow then.)
     fn slot_shaped(&self) -> bool {
         self.capacity.is_some_and(|c| {
             self.whole_lately < SLOTTED_S * c
