@@ -81,7 +81,8 @@
 //! - **Collisions are not a rate signal.** Below `COLLISION_BELOW` of its
 //!   fair share, on a table that admits at once less than a tenth of a
 //!   second of its capacity (the table's shape where peers keep to time
-//!   slots), a throttle cuts nothing: out of the slots, peers' requests
+//!   slots), a throttle cuts nothing unless it names a hard ceiling
+//!   (below): out of the slots, peers' requests
 //!   meet this client's whatever its rate, and cutting on them spiralled
 //!   one client of six down to a few percent of its share.
 //! - **Hard ceilings.** A throttle that names an account limit or the
