@@ -27,6 +27,19 @@
 //!   calls than they save below that);
 //! - after the hold, each request that used most of the limit and was fully
 //!   accepted raises it by `grow`, until no limit is left (a full batch);
+//! - while slow, a partial answer lowers what the server is taken to admit
+//!   at once only where this client sent a request that large within
+//!   `MEMORY` (it tested that size); otherwise it shrinks the requests as
+//!   a partial answer within the proven size does, and the rate is not
+//!   cut. A client whose limit holds its requests small has not tested the
+//!   larger sizes, and a bucket that another job keeps low refuses its
+//!   small requests too. (Two jobs on one table put every worker at about
+//!   half its share, so slow: each partial answer there took the proven
+//!   size to half of what had been admitted whole lately, the limit
+//!   followed, and once only small requests went out, what had been
+//!   admitted whole lately was small as well. In `ingest sim`'s two-jobs
+//!   over 10 minutes, requests spiralled down to one item in 2 of 40
+//!   seeds: 16-22x the ideal request count at 3.3-4.7% throttled.)
 //! - a size signal never shrinks requests below the largest request the
 //!   server admitted whole within the last `MEMORY` (it has shown it admits
 //!   that much at once: admitting less now says its bucket was low, as when
@@ -76,6 +89,8 @@ pub struct RequestSize {
     limited: bool,
     /// The largest request admitted whole within `MEMORY`.
     whole: MaxWindow,
+    /// The largest request sent within `MEMORY`: the sizes tested lately.
+    sent: MaxWindow,
     /// This client's part of what the server admits at once (its share of
     /// the table: its peers' requests meet its own in the same bucket).
     part: f64,
@@ -96,6 +111,7 @@ impl RequestSize {
             hold_until: Duration::ZERO,
             limited: false,
             whole: MaxWindow::new(MEMORY),
+            sent: MaxWindow::new(MEMORY),
             part: 1.0,
             shallow_below: 0.0,
         }
@@ -146,6 +162,17 @@ impl RequestSize {
         self.proven.is_none_or(|p| sent > p + 1e-9)
     }
 
+    /// A partial answer to a request within the proven size (its bucket
+    /// was low, not small): smaller requests fit peers' coinciding ones
+    /// better, so the limit halves at most, down to half this client's part
+    /// of the proven size (smaller ones cost more calls than they save).
+    fn shrink_within(&mut self, now: Duration, admitted: f64, sent: f64) {
+        let l = self.limit.unwrap_or(sent);
+        let floor = self.proven.map_or(0.0, |p| self.part_of(p) / 2.0);
+        self.limit = Some(admitted.max(l / 2.0).max(floor).max(1.0).min(l));
+        self.hold_until = now + self.hold;
+    }
+
     /// One answer: `sent` units asked for, `accepted` written; `slow`: the
     /// client was pacing far below its share of the capacity. Returns true
     /// if it was a size signal: partial, for a request larger than any size
@@ -160,12 +187,22 @@ impl RequestSize {
         throttled: bool,
         slow: bool,
     ) -> bool {
+        if sent > 0.0 {
+            self.sent.add(now, sent);
+        }
         if throttled {
             if accepted <= 0.0 || accepted >= sent {
                 return false; // nothing admitted: no size learned
             }
             let probe = self.probes(sent);
             let admitted = accepted.max(1.0);
+            let tested = self.sent.max(now).unwrap_or(0.0);
+            if slow && !probe && self.proven.is_some_and(|p| tested < p) {
+                // Slow, but the proven size untested lately: the requests
+                // shrink as within it, what the server admits at once stays.
+                self.shrink_within(now, admitted, sent);
+                return true;
+            }
             if probe || slow {
                 // The server admitted this much at once; and, unless slow,
                 // as much as it admitted whole lately.
@@ -176,13 +213,7 @@ impl RequestSize {
                 self.limited = true;
             } else {
                 // Within the proven size: its bucket was low, not small.
-                // Smaller requests fit peers' coinciding ones better, down
-                // to half the proven size (smaller ones cost more calls
-                // than they save).
-                let l = self.limit.unwrap_or(sent);
-                let floor = self.proven.map_or(0.0, |p| self.part_of(p) / 2.0);
-                self.limit = Some(admitted.max(l / 2.0).max(floor).max(1.0).min(l));
-                self.hold_until = now + self.hold;
+                self.shrink_within(now, admitted, sent);
                 return false;
             }
             self.hold_until = now + self.hold;
@@ -337,6 +368,37 @@ mod tests {
         assert!(!s.observe(ms(30_000), 25.0, 25.0, false, false));
         assert!(s.observe(ms(70_000), 20.0, 3.0, true, true));
         assert_eq!(s.limit(), Some(12.5), "half of the 25 admitted since");
+    }
+
+    #[test]
+    fn a_client_held_small_by_its_limit_does_not_unlearn_what_the_server_admits() {
+        // Another job keeps a deep bucket low. The server has admitted 50
+        // at once; a batch of 60 gets 10 of its units in, and this worker
+        // (a third of its group) sends a third of the 50 from then on.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        s.set_part(1.0 / 3.0, 100.0);
+        assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
+        assert!(s.observe(ms(1_000), 60.0, 10.0, true, false));
+        assert_eq!(s.admits_at_once(), Some(50.0));
+        assert!((s.limit().unwrap() - 50.0 / 3.0).abs() < 1e-9);
+        // For minutes, at half its share (slow), small requests come back
+        // now whole, now partial. The first partial one halves what the
+        // server is taken to admit (the batch of 60 tested it 6 s before);
+        // after that none of them is as large, so they do not lower it
+        // again: the requests stay at half the part of it at least. (Before,
+        // they took it down to one unit.)
+        for k in 0..60 {
+            let t = 5_000 + 5_000 * k;
+            let l = s.limit().unwrap().floor();
+            assert!(!s.observe(ms(t), l, l, false, true));
+            assert!(s.observe(ms(t + 2_500), l, l / 4.0, true, true), "no cut");
+        }
+        assert_eq!(s.admits_at_once(), Some(25.0));
+        assert!(s.limit().unwrap() >= 25.0 / 6.0 - 1e-9, "{:?}", s.limit());
+        // A request that large sent again and partial while slow: the
+        // server's allowance may have shrunk, and now that is tested.
+        assert!(s.observe(ms(400_000), 50.0, 6.0, true, true));
+        assert_eq!(s.admits_at_once(), Some(6.0));
     }
 
     #[test]
