@@ -76,16 +76,17 @@ pub const SLOT_PERIOD: Duration = Duration::from_secs(1);
 /// is mostly lost time: 10 ms until 2026-11-27. 5 ms, measured side by
 /// side: `ingest sim`'s shallow bucket, three clients, eight lanes, seeds
 /// 1-8, 82.9% -> 86.6% at 1.88% -> 1.43% throttled with 20-28 ms round
-/// trips, 75.9% -> 77.0% at 0.92% -> 0.82% with 8-40 ms, and with clocks
+/// trips, 75.9% -> 77.0% at 0.92% -> 0.82% with 8-40 ms and one batch in
+/// flight, and with clocks
 /// up to 10 ms apart 82.5% -> 85.7%; six clients 67.4% -> 70.8%; 2 ms
 /// lost again (85.2%). `make bench-dynamodb`, three workers, alternated:
 /// the 0.05 s bucket 83.9% against 80.9% (three rounds), the 0.025 s
 /// 81.9% against 81.1% (five), at the same throttles. Where slots come
-/// and go (`ingest sim`'s two-jobs, 600 s, seeds 1-40) it costs: alone, it
-/// took 7 runs into the request-size spiral instead of 2; on top of the
-/// size fix of the same day (`adaptive::size`: a worker held small does not
-/// unlearn what the table admits), 1 run instead of 0, 10,400 throttled
-/// requests instead of 8,365 (head before both: 11,247).
+/// and go (`ingest sim`'s two-jobs, 600 s, seeds 1-40), alone it took 7
+/// runs into the request-size spiral instead of 2; with the size rule of
+/// the same day (`adaptive::size`: a worker held small does not unlearn
+/// what the table admits), none, and 7,875 throttled requests against
+/// 8,770 with 10 ms.
 pub const SLOT_GUARD: Duration = Duration::from_millis(5);
 
 /// The parts of every `period` (of wall-clock time since the Unix epoch)
@@ -715,7 +716,8 @@ mod tests {
             Duration::ZERO,
             "every period"
         );
-        // 20 ms need does not fit before 250 - 5 (the guard): to 500.
+        // A 20 ms need just fits from 225 before 250 - 5 (the guard); from
+        // 226 it does not: to 500.
         assert_eq!(slots.wait(ms(225), ms(20)), Duration::ZERO, "just fits");
         let w = slots.wait(ms(226), ms(20));
         assert!((w.as_secs_f64() - 0.274).abs() < 1e-9, "{w:?}");

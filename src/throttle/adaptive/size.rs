@@ -14,7 +14,7 @@
 //!   largest admitted whole, or what the last size signal admitted: so the
 //!   first partial answer to a batch larger than any written whole, and
 //!   those of regrowth), or one that comes while the client paces far below
-//!   its share of the capacity, is a *size* signal:
+//!   its share of the capacity (but see below), is a *size* signal:
 //!   the server admitted `accepted` units at once, so requests carry at most
 //!   that much from now on (and always one whole item), for `hold` at least;
 //!   the rate controller does not cut for it;
@@ -27,19 +27,19 @@
 //!   calls than they save below that);
 //! - after the hold, each request that used most of the limit and was fully
 //!   accepted raises it by `grow`, until no limit is left (a full batch);
-//! - while slow, a partial answer lowers what the server is taken to admit
-//!   at once only where this client sent a request that large within
-//!   `MEMORY` (it tested that size); otherwise it shrinks the requests as
-//!   a partial answer within the proven size does, and the rate is not
-//!   cut. A client whose limit holds its requests small has not tested the
-//!   larger sizes, and a bucket that another job keeps low refuses its
-//!   small requests too. (Two jobs on one table put every worker at about
-//!   half its share, so slow: each partial answer there took the proven
-//!   size to half of what had been admitted whole lately, the limit
-//!   followed, and once only small requests went out, what had been
-//!   admitted whole lately was small as well. In `ingest sim`'s two-jobs
-//!   over 10 minutes, requests spiralled down to one item in 2 of 40
-//!   seeds: 16-22x the ideal request count at 3.3-4.7% throttled.)
+//! - while slow, a partial answer to a request no larger than one admitted
+//!   whole within `MEMORY` does not lower what the server is taken to admit
+//!   at once: its bucket was low, not small (it admitted that much whole
+//!   lately). The requests shrink as within the proven size, and the rate
+//!   is not cut. Only a partial answer to a request larger than any
+//!   admitted whole lately says the allowance may have shrunk. (Two jobs on
+//!   one table put every worker at about half its share, so slow: each
+//!   partial answer there took the proven size to half of what had been
+//!   admitted whole lately, the limit followed, and once only small
+//!   requests went out, what had been admitted whole lately was small as
+//!   well. In `ingest sim`'s two-jobs over 10 minutes, requests spiralled
+//!   down to one item in 2 of 40 seeds: 16-22x the ideal request count at
+//!   3.3-4.7% throttled.)
 //! - a size signal never shrinks requests below the largest request the
 //!   server admitted whole within the last `MEMORY` (it has shown it admits
 //!   that much at once: admitting less now says its bucket was low, as when
@@ -85,12 +85,11 @@ pub struct RequestSize {
     hold: Duration,
     grow: f64,
     hold_until: Duration,
-    /// A size signal has been seen.
+    /// A partial answer has set `proven` to what the server admits at once
+    /// (before it, `proven` is only the largest request admitted whole).
     limited: bool,
     /// The largest request admitted whole within `MEMORY`.
     whole: MaxWindow,
-    /// The largest request sent within `MEMORY`: the sizes tested lately.
-    sent: MaxWindow,
     /// This client's part of what the server admits at once (its share of
     /// the table: its peers' requests meet its own in the same bucket).
     part: f64,
@@ -111,7 +110,6 @@ impl RequestSize {
             hold_until: Duration::ZERO,
             limited: false,
             whole: MaxWindow::new(MEMORY),
-            sent: MaxWindow::new(MEMORY),
             part: 1.0,
             shallow_below: 0.0,
         }
@@ -175,10 +173,13 @@ impl RequestSize {
 
     /// One answer: `sent` units asked for, `accepted` written; `slow`: the
     /// client was pacing far below its share of the capacity. Returns true
-    /// if it was a size signal: partial, for a request larger than any size
-    /// proven since, or while slow (see the module doc); the limit then
-    /// shrinks to what was admitted. A partial answer within the proven size
-    /// at a normal rate is the rate's business: the limit stays.
+    /// if it was a size signal (the rate is not cut): partial, for a request
+    /// larger than any size proven since, or while slow (see the module
+    /// doc). The limit then shrinks to what was admitted; while slow, for a
+    /// request no larger than one admitted whole lately, it shrinks as
+    /// within the proven size instead. A partial answer within the proven
+    /// size at a normal rate is the rate's business: the limit halves at
+    /// most.
     pub fn observe(
         &mut self,
         now: Duration,
@@ -187,26 +188,23 @@ impl RequestSize {
         throttled: bool,
         slow: bool,
     ) -> bool {
-        if sent > 0.0 {
-            self.sent.add(now, sent);
-        }
         if throttled {
             if accepted <= 0.0 || accepted >= sent {
                 return false; // nothing admitted: no size learned
             }
             let probe = self.probes(sent);
             let admitted = accepted.max(1.0);
-            let tested = self.sent.max(now).unwrap_or(0.0);
-            if slow && !probe && self.proven.is_some_and(|p| tested < p) {
-                // Slow, but the proven size untested lately: the requests
-                // shrink as within it, what the server admits at once stays.
+            let whole = self.whole.max(now).unwrap_or(0.0);
+            if slow && sent <= whole + 1e-9 {
+                // Slow, and a request this large was admitted whole lately:
+                // the bucket was low, not small. The requests shrink as
+                // within the proven size; what it admits at once stays.
                 self.shrink_within(now, admitted, sent);
                 return true;
             }
             if probe || slow {
                 // The server admitted this much at once; and, unless slow,
                 // as much as it admitted whole lately.
-                let whole = self.whole.max(now).unwrap_or(0.0);
                 let admitted = admitted.max(if slow { whole / 2.0 } else { whole });
                 self.limit = Some(self.part_of(admitted));
                 self.proven = Some(admitted);
@@ -354,19 +352,22 @@ mod tests {
 
     #[test]
     fn a_size_signal_while_slow_keeps_half_of_what_was_admitted_whole() {
-        // Far below its share and still partial: the server's allowance
-        // may have shrunk (burst credit gone), so requests shrink below
-        // what it admitted whole lately, but to half of it at most while
-        // that is remembered: a low bucket (another job) looks the same.
+        // Far below its share and still partial: a request no larger than
+        // one admitted whole lately found the bucket low, not small, and
+        // halves at most, to half the proven size.
         let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
         assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
         assert!(s.observe(ms(1_000), 25.0, 4.0, true, true));
         assert_eq!(s.limit(), Some(25.0));
         assert!(s.observe(ms(2_000), 20.0, 3.0, true, true));
         assert_eq!(s.limit(), Some(25.0), "still half of the 50");
-        // Once the 50 is forgotten, half of what was admitted since.
+        // A request larger than any admitted whole lately: the server's
+        // allowance may have shrunk (burst credit gone), so requests shrink
+        // below what it admitted whole lately, but to half of it at most
+        // while that is remembered: a low bucket (another job) looks the
+        // same.
         assert!(!s.observe(ms(30_000), 25.0, 25.0, false, false));
-        assert!(s.observe(ms(70_000), 20.0, 3.0, true, true));
+        assert!(s.observe(ms(70_000), 30.0, 3.0, true, true));
         assert_eq!(s.limit(), Some(12.5), "half of the 25 admitted since");
     }
 
@@ -378,27 +379,48 @@ mod tests {
         let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
         s.set_part(1.0 / 3.0, 100.0);
         assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
-        assert!(s.observe(ms(1_000), 60.0, 10.0, true, false));
+        assert!(s.observe(ms(10_000), 60.0, 10.0, true, false));
         assert_eq!(s.admits_at_once(), Some(50.0));
         assert!((s.limit().unwrap() - 50.0 / 3.0).abs() < 1e-9);
-        // For minutes, at half its share (slow), small requests come back
-        // now whole, now partial. The first partial one halves what the
-        // server is taken to admit (the batch of 60 tested it 6 s before);
-        // after that none of them is as large, so they do not lower it
-        // again: the requests stay at half the part of it at least. (Before,
-        // they took it down to one unit.)
+        // For minutes, at half its share (slow), its small requests come
+        // back now whole, now partial: the bucket is low, not small, and
+        // what it admits at once stays; the requests stay at half the part
+        // of it at least, and the rate is not cut. (Before, each partial
+        // answer halved it, and it came down to one unit.)
         for k in 0..60 {
-            let t = 5_000 + 5_000 * k;
+            let t = 12_000 + 5_000 * k;
             let l = s.limit().unwrap().floor();
             assert!(!s.observe(ms(t), l, l, false, true));
             assert!(s.observe(ms(t + 2_500), l, l / 4.0, true, true), "no cut");
         }
-        assert_eq!(s.admits_at_once(), Some(25.0));
-        assert!(s.limit().unwrap() >= 25.0 / 6.0 - 1e-9, "{:?}", s.limit());
-        // A request that large sent again and partial while slow: the
-        // server's allowance may have shrunk, and now that is tested.
-        assert!(s.observe(ms(400_000), 50.0, 6.0, true, true));
-        assert_eq!(s.admits_at_once(), Some(6.0));
+        assert_eq!(s.admits_at_once(), Some(50.0));
+        assert!(s.limit().unwrap() >= 50.0 / 6.0 - 1e-9, "{:?}", s.limit());
+    }
+
+    #[test]
+    fn a_client_held_small_still_learns_an_allowance_that_shrank() {
+        // The same worker, when the server's allowance truly shrinks (burst
+        // credit gone): its small requests are never admitted whole again.
+        // Once nothing that large was admitted whole within the memory, a
+        // partial answer while slow is a size signal as before.
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        s.set_part(1.0 / 3.0, 100.0);
+        assert!(!s.observe(ms(0), 8.0, 8.0, false, false));
+        assert!(!s.observe(ms(1_000), 50.0, 50.0, false, false));
+        assert!(s.observe(ms(2_000), 60.0, 10.0, true, false));
+        for k in 0..25 {
+            let l = s.limit().unwrap().floor();
+            assert!(s.observe(ms(5_000 + 2_000 * k), l, 3.0, true, true));
+        }
+        assert_eq!(s.admits_at_once(), Some(50.0), "the 50 is remembered");
+        assert!(
+            (s.limit().unwrap() - 50.0 / 6.0).abs() < 1e-9,
+            "{:?}",
+            s.limit()
+        );
+        assert!(s.observe(ms(65_000), 8.0, 3.0, true, true));
+        assert_eq!(s.admits_at_once(), Some(3.0));
+        assert_eq!(s.limit(), Some(1.0), "a third of 3, one unit at least");
     }
 
     #[test]
