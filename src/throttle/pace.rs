@@ -85,8 +85,8 @@ pub const SLOT_PERIOD: Duration = Duration::from_secs(1);
 /// and go (`ingest sim`'s two-jobs, 600 s, seeds 1-40), alone it took 7
 /// runs into the request-size spiral instead of 2; with the size rule of
 /// the same day (`adaptive::size`: a worker held small does not unlearn
-/// what the table admits), none, and 7,875 throttled requests against
-/// 8,770 with 10 ms.
+/// what the table admits), none either way, and 7,979 throttled requests
+/// against 7,840 with 10 ms.
 pub const SLOT_GUARD: Duration = Duration::from_millis(5);
 
 /// The parts of every `period` (of wall-clock time since the Unix epoch)

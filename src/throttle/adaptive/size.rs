@@ -163,10 +163,16 @@ impl RequestSize {
     /// A partial answer to a request within the proven size (its bucket
     /// was low, not small): smaller requests fit peers' coinciding ones
     /// better, so the limit halves at most, down to half this client's part
-    /// of the proven size (smaller ones cost more calls than they save).
+    /// of the proven size or of the largest request admitted whole lately,
+    /// whichever is larger (smaller ones cost more calls than they save; a
+    /// size signal while slow may have left the proven size at half of
+    /// that).
     fn shrink_within(&mut self, now: Duration, admitted: f64, sent: f64) {
         let l = self.limit.unwrap_or(sent);
-        let floor = self.proven.map_or(0.0, |p| self.part_of(p) / 2.0);
+        let whole = self.whole.max(now).unwrap_or(0.0);
+        let floor = self
+            .proven
+            .map_or(0.0, |p| self.part_of(p.max(whole)) / 2.0);
         self.limit = Some(admitted.max(l / 2.0).max(floor).max(1.0).min(l));
         self.hold_until = now + self.hold;
     }
@@ -361,6 +367,7 @@ mod tests {
         assert_eq!(s.limit(), Some(25.0));
         assert!(s.observe(ms(2_000), 20.0, 3.0, true, true));
         assert_eq!(s.limit(), Some(25.0), "still half of the 50");
+        assert_eq!(s.admits_at_once(), None, "not lowered: the 50 went whole");
         // A request larger than any admitted whole lately: the server's
         // allowance may have shrunk (burst credit gone), so requests shrink
         // below what it admitted whole lately, but to half of it at most
@@ -395,6 +402,19 @@ mod tests {
         }
         assert_eq!(s.admits_at_once(), Some(50.0));
         assert!(s.limit().unwrap() >= 50.0 / 6.0 - 1e-9, "{:?}", s.limit());
+    }
+
+    #[test]
+    fn a_failed_regrowth_while_slow_keeps_half_of_what_went_whole() {
+        // A slow size signal leaves the proven size at half of the 50
+        // admitted whole; a partial answer within it after that halves the
+        // limit no further than half of the 50 (it took it to a quarter).
+        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
+        assert!(s.observe(ms(1_000), 60.0, 5.0, true, true));
+        assert_eq!(s.admits_at_once(), Some(25.0));
+        assert!(s.observe(ms(2_000), 25.0, 3.0, true, true));
+        assert_eq!(s.limit(), Some(25.0));
     }
 
     #[test]
