@@ -71,22 +71,12 @@ type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as C
 pub const SLOT_PERIOD: Duration = Duration::from_secs(1);
 
 /// A slot's end kept free, for clocks and networks that are not exact.
-/// Each part ends with the table's bucket full again (the end rule), which
-/// already absorbs a late arrival of up to the bucket's depth, so the guard
-/// is mostly lost time: 10 ms until 2026-11-27. 5 ms, measured side by
-/// side: `ingest sim`'s shallow bucket, three clients, eight lanes, seeds
-/// 1-8, 82.9% -> 86.6% at 1.88% -> 1.43% throttled with 20-28 ms round
-/// trips, 75.9% -> 77.0% at 0.92% -> 0.82% with 8-40 ms and one batch in
-/// flight, and with clocks
-/// up to 10 ms apart 82.5% -> 85.7%; six clients 67.4% -> 70.8%; 2 ms
-/// lost again (85.2%). `make bench-dynamodb`, three workers, alternated:
-/// the 0.05 s bucket 83.9% against 80.9% (three rounds), the 0.025 s
-/// 81.9% against 81.1% (five), at the same throttles. Where slots come
-/// and go (`ingest sim`'s two-jobs, 600 s, seeds 1-40), alone it took 7
-/// runs into the request-size spiral instead of 2; with the size rule of
-/// the same day (`adaptive::size`: a worker held small does not unlearn
-/// what the table admits), none either way, and 7,979 throttled requests
-/// against 7,840 with 10 ms.
+/// Each part already ends with the table's bucket full again (the end
+/// rule), which absorbs a request that lands late by up to the bucket's
+/// depth, so most of the guard is lost time: 10 ms until 2026-11-27, 5 ms
+/// since (`ingest sim`'s shallow bucket, three clients: 82.9% -> 86.6%
+/// utilized at fewer throttles; the figures, the bench's and what it costs
+/// where slots come and go: README, "A 5 ms guard").
 pub const SLOT_GUARD: Duration = Duration::from_millis(5);
 
 /// The parts of every `period` (of wall-clock time since the Unix epoch)

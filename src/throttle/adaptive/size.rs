@@ -163,13 +163,12 @@ impl RequestSize {
     /// A partial answer to a request within the proven size (its bucket
     /// was low, not small): smaller requests fit peers' coinciding ones
     /// better, so the limit halves at most, down to half this client's part
-    /// of the proven size or of the largest request admitted whole lately,
-    /// whichever is larger (smaller ones cost more calls than they save; a
+    /// of the proven size or of `whole` (the largest request admitted whole
+    /// lately), whichever is larger (smaller ones cost more calls than they save; a
     /// size signal while slow may have left the proven size at half of
     /// that).
-    fn shrink_within(&mut self, now: Duration, admitted: f64, sent: f64) {
+    fn shrink_within(&mut self, now: Duration, admitted: f64, sent: f64, whole: f64) {
         let l = self.limit.unwrap_or(sent);
-        let whole = self.whole.max(now).unwrap_or(0.0);
         let floor = self
             .proven
             .map_or(0.0, |p| self.part_of(p.max(whole)) / 2.0);
@@ -205,7 +204,7 @@ impl RequestSize {
                 // Slow, and a request this large was admitted whole lately:
                 // the bucket was low, not small. The requests shrink as
                 // within the proven size; what it admits at once stays.
-                self.shrink_within(now, admitted, sent);
+                self.shrink_within(now, admitted, sent, whole);
                 return true;
             }
             if probe || slow {
@@ -217,7 +216,7 @@ impl RequestSize {
                 self.limited = true;
             } else {
                 // Within the proven size: its bucket was low, not small.
-                self.shrink_within(now, admitted, sent);
+                self.shrink_within(now, admitted, sent, whole);
                 return false;
             }
             self.hold_until = now + self.hold;
@@ -286,9 +285,15 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// With the default hold (`size_hold_s`, 30 s) and growth
+    /// (`size_grow`, 25% a full answer).
+    fn sized() -> RequestSize {
+        RequestSize::new(Duration::from_secs(30), 1.25)
+    }
+
     #[test]
     fn a_partial_answer_limits_requests_to_what_was_admitted() {
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert_eq!(s.limit(), None);
         assert!(s.observe(ms(0), 50.0, 10.0, true, false), "a size signal");
         assert_eq!(s.limit(), Some(10.0));
@@ -307,7 +312,7 @@ mod tests {
 
     #[test]
     fn only_requests_above_the_proven_size_are_size_signals() {
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert!(s.observe(ms(0), 50.0, 10.0, true, false), "the first: size");
         // Partial within what was proven: the bucket was low, a rate
         // signal; the size halves at most, to half the proven size at least.
@@ -327,7 +332,7 @@ mod tests {
         // Another writer (or our own pace) emptied a deep bucket: the
         // server has admitted 50 units at once before, so a partial answer
         // to 50 says the rate is too high, not the request too large.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
         assert!(!s.observe(ms(500), 50.0, 3.0, true, false), "a rate signal");
         assert_eq!(s.limit(), Some(30.0), "halved at most, to half of 60");
@@ -342,7 +347,7 @@ mod tests {
         // Another job keeps the bucket low: a batch larger than any before
         // gets 4 of its 60 units admitted. The server admitted 50 at once
         // 10 s ago, so requests shrink to 50, not 4.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
         assert!(!s.observe(ms(5_000), 30.0, 30.0, false, false));
         assert!(s.observe(ms(10_000), 60.0, 4.0, true, false));
@@ -361,7 +366,7 @@ mod tests {
         // Far below its share and still partial: a request no larger than
         // one admitted whole lately found the bucket low, not small, and
         // halves at most, to half the proven size.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
         assert!(s.observe(ms(1_000), 25.0, 4.0, true, true));
         assert_eq!(s.limit(), Some(25.0));
@@ -383,7 +388,7 @@ mod tests {
         // Another job keeps a deep bucket low. The server has admitted 50
         // at once; a batch of 60 gets 10 of its units in, and this worker
         // (a third of its group) sends a third of the 50 from then on.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         s.set_part(1.0 / 3.0, 100.0);
         assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
         assert!(s.observe(ms(10_000), 60.0, 10.0, true, false));
@@ -409,7 +414,7 @@ mod tests {
         // A slow size signal leaves the proven size at half of the 50
         // admitted whole; a partial answer within it after that halves the
         // limit no further than half of the 50 (it took it to a quarter).
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert!(!s.observe(ms(0), 50.0, 50.0, false, false));
         assert!(s.observe(ms(1_000), 60.0, 5.0, true, true));
         assert_eq!(s.admits_at_once(), Some(25.0));
@@ -423,7 +428,7 @@ mod tests {
         // credit gone): its small requests are never admitted whole again.
         // Once nothing that large was admitted whole within the memory, a
         // partial answer while slow is a size signal as before.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         s.set_part(1.0 / 3.0, 100.0);
         assert!(!s.observe(ms(0), 8.0, 8.0, false, false));
         assert!(!s.observe(ms(1_000), 50.0, 50.0, false, false));
@@ -448,7 +453,7 @@ mod tests {
         // Three workers share a bucket that admits 12 units at once: each
         // sends at most a third of it, so their requests, when they meet,
         // still fit together.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         s.set_part(1.0 / 3.0, 16.0);
         assert_eq!(s.limit(), None, "no part before a limit is seen");
         assert!(s.observe(ms(0), 50.0, 12.0, true, false));
@@ -464,7 +469,7 @@ mod tests {
         assert_eq!(s.limit(), Some(1.0));
         // A deep bucket kept low (it admitted 40 whole) is not shallow:
         // the whole of what it admits.
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         s.set_part(1.0 / 3.0, 16.0);
         assert!(!s.observe(ms(0), 40.0, 40.0, false, false));
         assert!(s.observe(ms(100), 50.0, 12.0, true, false));
@@ -494,7 +499,7 @@ mod tests {
 
     #[test]
     fn errors_and_whole_answers_teach_no_size() {
-        let mut s = RequestSize::new(Duration::from_secs(30), 1.25);
+        let mut s = sized();
         assert!(
             !s.observe(ms(0), 50.0, 0.0, true, false),
             "a 400: nothing admitted"

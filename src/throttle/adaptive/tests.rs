@@ -799,6 +799,31 @@ fn a_key_ranges_refusals_cut_the_rate_plainly_and_do_not_settle_it() {
     assert!(r[1] < 0.9 * fair, "{r:?}");
 }
 
+/// A client without time slots (its answers decide), a sixth of its group.
+fn a_sixth_unslotted() -> Adaptive {
+    Adaptive::new(AdaptiveConfig {
+        time_slots: false,
+        ..AdaptiveConfig::default()
+    })
+}
+
+/// An answer to a sixth of a 200 WCU/s table at `ms`: `written` of `sent`.
+fn sixth(ms: u64, sent: f64, written: f64) -> Feedback {
+    Feedback {
+        sent_units: sent,
+        written_units: written,
+        share: Some(1.0 / 6.0),
+        ..at(ms, written < sent, written, Some(200.0))
+    }
+}
+
+/// At `ms`, an answer to a request of a tenth of a second of `a`'s pace (1
+/// to 10 units), written whole or, if `refused`, not at all.
+fn tenth_of_a_second(a: &mut Adaptive, ms: u64, refused: bool) {
+    let sent = (a.rate().unwrap() / 10.0).clamp(1.0, 10.0);
+    a.after_attempt(&sixth(ms, sent, if refused { 0.0 } else { sent }));
+}
+
 /// A sixth of a 200 WCU/s table whose bucket admits 10 units at once (a
 /// table where peers keep to time slots), throttled on one answer in three
 /// whatever its rate: requests meeting peers' out of their slots. The rate
@@ -808,26 +833,14 @@ fn a_key_ranges_refusals_cut_the_rate_plainly_and_do_not_settle_it() {
 #[test]
 fn far_below_its_share_on_a_slotted_table_a_throttle_is_a_collision() {
     let run = |first_written: f64| {
-        let mut a = Adaptive::new(AdaptiveConfig {
-            time_slots: false,
-            ..AdaptiveConfig::default()
-        });
-        let fb = |ms: u64, sent: f64, written: f64| Feedback {
-            sent_units: sent,
-            written_units: written,
-            share: Some(1.0 / 6.0),
-            ..at(ms, written < sent, written, Some(200.0))
-        };
-        a.after_attempt(&fb(0, 50.0, first_written));
+        let mut a = a_sixth_unslotted();
+        a.after_attempt(&sixth(0, 50.0, first_written));
         let mut lowest = f64::MAX;
         for i in 1..600u64 {
             // An answer every 100 ms carrying a tenth of a second's pace;
             // one in three is refused whole (a throttling error: the
             // table's bucket was empty when it came).
-            let r = a.rate().unwrap();
-            let sent = (r / 10.0).clamp(1.0, 10.0);
-            let written = if i % 3 == 0 { 0.0 } else { sent };
-            a.after_attempt(&fb(i * 100, sent, written));
+            tenth_of_a_second(&mut a, i * 100, i % 3 == 0);
             lowest = lowest.min(a.rate().unwrap());
         }
         lowest
@@ -848,34 +861,22 @@ fn far_below_its_share_on_a_slotted_table_a_throttle_is_a_collision() {
 /// kept for a later throttle.
 #[test]
 fn a_named_ceiling_is_not_a_collision() {
-    let mut a = Adaptive::new(AdaptiveConfig {
-        time_slots: false,
-        ..AdaptiveConfig::default()
-    });
-    let fb = |ms: u64, sent: f64, written: f64| Feedback {
-        sent_units: sent,
-        written_units: written,
-        share: Some(1.0 / 6.0),
-        ..at(ms, written < sent, written, Some(200.0))
-    };
+    let mut a = a_sixth_unslotted();
     // A table that admits 10 units at once, as in the test above; refusals
     // take the rate under the collision line.
-    a.after_attempt(&fb(0, 50.0, 10.0));
+    a.after_attempt(&sixth(0, 50.0, 10.0));
     let line = COLLISION_BELOW * 200.0 / 6.0 * 0.98;
     let mut ms = 0;
     while a.rate().unwrap() >= line {
         ms += 100;
         assert!(ms < 60_000, "never under the line: {:?}", a.rate());
-        let r = a.rate().unwrap();
-        let sent = (r / 10.0).clamp(1.0, 10.0);
-        let written = if ms % 300 == 0 { 0.0 } else { sent };
-        a.after_attempt(&fb(ms, sent, written));
+        tenth_of_a_second(&mut a, ms, ms % 300 == 0);
     }
     // Past the cooldown, the next refusal names an account limit.
     ms += 2_000;
     let before = a.rate().unwrap();
     a.ceiling();
-    a.after_attempt(&fb(ms, 1.0, 0.0));
+    a.after_attempt(&sixth(ms, 1.0, 0.0));
     let after = a.rate().unwrap();
     assert!(after < before, "{after} vs {before}");
     assert!(!a.ceiling_next, "the flag is spent");
