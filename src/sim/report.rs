@@ -32,6 +32,56 @@ pub struct Score {
     /// server offered (empty with one job).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub group_shares: Vec<f64>,
+    /// The least any client wrote in one minute, over the clients' mean in
+    /// that minute (see [`least_client_share`]); None with one client or
+    /// no full minute to judge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub least_client_share: Option<f64>,
+}
+
+/// A minute, for [`least_client_share`].
+const MINUTE_S: f64 = 60.0;
+
+/// The least any client wrote in one minute, over the mean of all clients
+/// in that minute: a client that spirals down while its peers write shows
+/// here even where the totals look healthy. Minutes are counted from the
+/// moment every client has made its first attempt, the first of them left
+/// out (the start's cuts), and only whole minutes before the last attempt.
+/// (Clients of jobs of different sizes have different fair amounts: with
+/// jobs of 2 and 1 clients an even split per job puts the larger job's
+/// clients at 0.75 of the mean.)
+pub fn least_client_share(main: &Outcome) -> Option<f64> {
+    let clients = main.per_client.len();
+    if clients < 2 {
+        return None;
+    }
+    let mut first = vec![f64::INFINITY; clients];
+    let mut last: f64 = 0.0;
+    for a in &main.attempts {
+        if let Some(f) = first.get_mut(a.client as usize) {
+            *f = f.min(a.t_s);
+        }
+        last = last.max(a.t_s);
+    }
+    let start = first.iter().copied().fold(0.0, f64::max) + MINUTE_S;
+    if !start.is_finite() || last < start + MINUTE_S {
+        return None;
+    }
+    let minutes = ((last - start) / MINUTE_S).floor() as usize;
+    let mut written = vec![vec![0.0; clients]; minutes];
+    for a in &main.attempts {
+        let m = (a.t_s - start) / MINUTE_S;
+        if m >= 0.0 && (m as usize) < minutes {
+            written[m as usize][a.client as usize] += a.accepted_units;
+        }
+    }
+    written
+        .iter()
+        .filter_map(|w| {
+            let mean = w.iter().sum::<f64>() / clients as f64;
+            (mean > 0.0).then(|| w.iter().copied().fold(f64::INFINITY, f64::min) / mean)
+        })
+        .reduce(f64::min)
 }
 
 pub fn score(
@@ -88,6 +138,7 @@ pub fn score(
         accepted_units: main.accepted_units,
         offered_units: main.offered_units,
         group_shares,
+        least_client_share: least_client_share(main),
     }
 }
 
@@ -139,6 +190,12 @@ pub fn table(scenario: &str, scores: &[Score]) -> String {
                 .collect();
             s.push_str(&format!("{:<32} jobs' shares: {}\n", "", shares.join(", ")));
         }
+        if let Some(l) = r.least_client_share {
+            s.push_str(&format!(
+                "{:<32} least client: {:.2} of the clients' mean in a minute\n",
+                "", l
+            ));
+        }
     }
     s
 }
@@ -167,6 +224,55 @@ mod tests {
         assert_eq!((s.requests, s.throttled), (110, 5));
         assert!((s.utilization - 0.95).abs() < 1e-12);
         assert!((s.requests_vs_ideal - 110.0 / 105.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_least_client_share_is_the_worst_minute_of_the_worst_client() {
+        use super::super::engine::Attempt;
+        let at = |client, t_s, accepted_units| Attempt {
+            client,
+            t_s,
+            wait_s: 0.0,
+            units: accepted_units,
+            accepted_units,
+            throttled: false,
+            remaining: None,
+        };
+        let run = |attempts: Vec<Attempt>, clients| Outcome {
+            attempts,
+            per_client: vec![(1, 0); clients],
+            ..Outcome::default()
+        };
+        // Both start at 0 s: the minute from 0 s is left out, then
+        // [60, 120) and [120, 180) count; the last attempt is at 200 s.
+        let both = vec![
+            at(0, 0.0, 50.0),
+            at(1, 0.0, 1.0),
+            at(0, 90.0, 10.0),
+            at(1, 90.0, 10.0),
+            at(0, 150.0, 10.0),
+            at(1, 150.0, 2.0),
+            at(0, 200.0, 1.0),
+        ];
+        let l = least_client_share(&run(both.clone(), 2)).unwrap();
+        assert!((l - 2.0 / 6.0).abs() < 1e-12, "{l}");
+        // One client: nothing to compare.
+        assert_eq!(
+            least_client_share(&run(vec![at(0, 0.0, 1.0), at(0, 300.0, 1.0)], 1)),
+            None
+        );
+        // A client that starts late moves the first minute: no whole minute
+        // is left before the last attempt.
+        let late = vec![at(0, 0.0, 1.0), at(1, 100.0, 1.0), at(0, 200.0, 1.0)];
+        assert_eq!(least_client_share(&run(late, 2)), None);
+        // A client that writes nothing in a counted minute scores 0.
+        let starved = vec![
+            at(0, 0.0, 1.0),
+            at(1, 0.0, 1.0),
+            at(0, 90.0, 5.0),
+            at(0, 130.0, 1.0),
+        ];
+        assert_eq!(least_client_share(&run(starved, 2)), Some(0.0));
     }
 
     #[test]
