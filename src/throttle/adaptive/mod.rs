@@ -69,7 +69,9 @@
 //!   under it. Not when the server has shown it admits less than a quarter
 //!   second of the share at once: there throttles below the share are
 //!   requests meeting peers' in a shallow bucket, which fast recovery
-//!   handles better. For as long again after a settle ends there is still no
+//!   handles better; unless the throttles are many (`watch_load`: more than
+//!   8% of 100 answers twice running), which says the table has less free
+//!   than the shares whatever its bucket. For as long again after a settle ends there is still no
 //!   fast recovery: the rate probes as CUBIC does over `settle_probe_s`, so
 //!   a writer that stays is met less often, and one that left is found again
 //!   within minutes. (`ingest sim`, seeds 1, 3, 5: neighbour.toml 2.0-2.2%
@@ -164,6 +166,12 @@ const SLOT_TRIAL: u32 = 50;
 const SLOT_THROTTLED: f64 = 0.04;
 const SLOTS_OFF: Duration = Duration::from_secs(300);
 
+/// Every `LOAD_WINDOW` answers are a window of `watch_load`: one with more
+/// than `LOAD_THROTTLED` of them throttled (key ranges aside) is heavy, and
+/// two heavy windows running say the table is oversubscribed.
+const LOAD_WINDOW: u32 = 100;
+const LOAD_THROTTLED: f64 = 0.08;
+
 /// A change of capacity x share by more than this fraction ends a settle.
 const SETTLE_RESET: f64 = 0.1;
 
@@ -225,6 +233,12 @@ pub struct Adaptive {
     /// Slots failed their trial: none until then (cleared by the first
     /// answer after it).
     slots_off_until: Option<Duration>,
+    /// The current window of `watch_load`: (answers, throttled ones).
+    load_window: (u32, u32),
+    /// The last window was heavy.
+    heavy: bool,
+    /// The last two windows were heavy (see `watch_load`).
+    oversubscribed: bool,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -265,6 +279,9 @@ impl Adaptive {
             slotted_since: None,
             slot_trial: (0, 0),
             slots_off_until: None,
+            load_window: (0, 0),
+            heavy: false,
+            oversubscribed: false,
             rng: SmallRng::seed_from_u64(seed),
             metrics: Metrics::default(),
         }
@@ -521,12 +538,41 @@ impl Adaptive {
         })
     }
 
+    /// Shallow-table rules (no settle, back at the share within
+    /// `fast_recovery_s`) are for peers' requests meeting now and then in a
+    /// small bucket: time slots and request parts keep that to 1-2% of
+    /// answers. A client throttled on more than `LOAD_THROTTLED` of its
+    /// answers in two windows of `LOAD_WINDOW` running meets more than its
+    /// peers: the table has less free than the shares, whatever its bucket
+    /// (a neighbour, more jobs than this one knows of), so it is
+    /// oversubscribed and not read as shallow until a window is not heavy.
+    /// A worker's first answers decide what it takes the table to admit at
+    /// once, and where several start together on a contended deep table the
+    /// first batches come back partial: read as shallow, such a worker
+    /// climbed back to its share every 5 s and never settled. (`ingest
+    /// sim`, seeds 1-8: `heavy-neighbour.toml` 13.0% of requests throttled
+    /// -> 7.7%, `two-lone-jobs.toml` 7.5% -> 1.6%; every tuned scenario
+    /// unchanged.)
+    fn watch_load(&mut self, fb: &Feedback) {
+        self.load_window.0 += 1;
+        self.load_window.1 += u32::from(fb.throttled && !fb.key_range);
+        if self.load_window.0 >= LOAD_WINDOW {
+            let heavy = f64::from(self.load_window.1) > LOAD_THROTTLED * f64::from(LOAD_WINDOW);
+            self.oversubscribed = heavy && self.heavy;
+            self.heavy = heavy;
+            self.load_window = (0, 0);
+        }
+    }
+
     /// Whether the server has shown it admits at once less than
-    /// `SHALLOW_S` of `rate` (units/s).
+    /// `SHALLOW_S` of `rate` (units/s), and the table is not oversubscribed
+    /// (see `watch_load`).
     fn shallow(&self, rate: f64) -> bool {
-        self.size
-            .admits_at_once()
-            .is_some_and(|p| p < SHALLOW_S * rate)
+        !self.oversubscribed
+            && self
+                .size
+                .admits_at_once()
+                .is_some_and(|p| p < SHALLOW_S * rate)
     }
 
     /// Whether a settle ended less than its length (`settle_for`) before
@@ -620,6 +666,7 @@ impl Strategy for Adaptive {
             return Duration::ZERO;
         }
         self.watch_slots(fb);
+        self.watch_load(fb);
         self.accepted.add(fb.now, fb.accepted_units);
         self.follow(fb.capacity, fb.share);
         // A partial answer to a request larger than the server has shown it

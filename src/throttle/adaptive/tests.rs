@@ -633,6 +633,45 @@ fn a_deep_cut_on_a_shallow_table_is_recovered_within_fast_recovery_s() {
     assert!(deep < 0.5 * fair, "{deep}");
 }
 
+/// A client whose first batch came back with 10 of its 50 units written
+/// reads the table as shallow: a cut below the share is back at the share
+/// within `fast_recovery_s`. Throttled on one answer in 25 it stays so; on
+/// one in 8 for two windows of 100 answers running the table is
+/// oversubscribed, not shallow, and the same cut climbs back one decrease's
+/// worth per `fast_recovery_s`.
+#[test]
+fn many_throttles_twice_running_lift_the_shallow_rules() {
+    let run = |every: u64| {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        a.after_attempt(&third_of_200(0, 50.0, 10.0));
+        // 199 more answers of a few units, every `every`-th partial.
+        let mut ms = 0;
+        for i in 1..200 {
+            ms = i * 100;
+            let written = if i % every == 0 { 1.0 } else { 2.0 };
+            a.after_attempt(&third_of_200(ms, 2.0, written));
+        }
+        // A partial answer, then 5.5 s of whole ones at the rate.
+        ms += 1_100;
+        a.after_attempt(&third_of_200(ms, 5.0, 2.0));
+        let cut = a.rate().unwrap();
+        let end = ms + 5_500;
+        while ms < end {
+            ms += 100;
+            let r = a.rate().unwrap() / 10.0;
+            a.after_attempt(&third_of_200(ms, r, r));
+        }
+        (cut, a.rate().unwrap())
+    };
+    let fair = 200.0 / 3.0 * 0.98;
+    let (cut, shallow) = run(25);
+    assert!(cut < 0.5 * fair, "{cut}");
+    assert!((shallow - fair).abs() < 1e-6, "{shallow} vs {fair}");
+    let (cut, oversubscribed) = run(8);
+    assert!(cut < 0.5 * fair, "{cut}");
+    assert!(oversubscribed < 0.7 * fair, "{oversubscribed} vs {fair}");
+}
+
 /// An answer to a client with a third of a 200 WCU/s table: `sent` units
 /// asked, `written` written (throttled when fewer).
 fn third_of_200(ms: u64, sent: f64, written: f64) -> Feedback {
