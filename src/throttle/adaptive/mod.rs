@@ -53,7 +53,9 @@
 //!   shown it admits at once less than `SHALLOW_S` of its capacity) it is
 //!   back at the share within `fast_recovery_s` of the cut however deep the
 //!   cut was: partial answers there pull the accepted rate, and so the cut,
-//!   far down, and peers' requests meeting keep cutting. Above the share,
+//!   far down, and peers' requests meeting keep cutting; unless the rate
+//!   has settled since the capacity last changed (another writer, below).
+//!   Above the share,
 //!   CUBIC probes slowly.
 //! - **Unless throttles there repeat.** A second congestion event at or
 //!   below the fair share within `settle_s` of the first says the table has
@@ -772,13 +774,21 @@ impl Strategy for Adaptive {
                 // was: its throttles below the share are peers' requests
                 // meeting, and deep cuts there (to the accepted rate, which
                 // partial answers pull down) held three workers at a third
-                // of their shares.
+                // of their shares. Not once the rate has settled (since the
+                // last capacity change): the table has shown it has less
+                // free than the share, and a worker held low by another
+                // writer jumped back to its share within 5 s when its
+                // lesson expired, into that writer (`make bench-dynamodb`,
+                // a live writer at 150 of 200 WCU/s: 9 to 82 WCU/s).
                 (_, _, Some(f)) if self.rate < f && !learned => {
                     // (A fair share implies a known capacity; the last
                     // cut left the rate at w_max x last_cut.)
                     let step = f * (1.0 - self.cfg.decrease);
                     let gap = match self.w_max {
-                        Some(w) if self.capacity.is_some_and(|c| self.shallow(c)) => {
+                        Some(w)
+                            if self.capacity.is_some_and(|c| self.shallow(c))
+                                && self.settled_until.is_none() =>
+                        {
                             (f - w * self.last_cut).max(step)
                         }
                         _ => step,

@@ -633,6 +633,53 @@ fn a_deep_cut_on_a_shallow_table_is_recovered_within_fast_recovery_s() {
     assert!(deep < 0.5 * fair, "{deep}");
 }
 
+/// A client with a third of a 200 WCU/s table that has shown it admits 30
+/// units at once: under a quarter second of the table (so a deep cut climbs
+/// back to the share within `fast_recovery_s`), not under a quarter second
+/// of the share (so throttles below it settle). Once it has settled, a deep
+/// cut, after the lesson has expired, climbs back one decrease's worth per
+/// `fast_recovery_s`: the table has shown another writer.
+#[test]
+fn after_a_settle_a_deep_cut_climbs_back_as_on_a_deep_table() {
+    let run = |settle: bool| {
+        let mut a = Adaptive::new(AdaptiveConfig::default());
+        a.after_attempt(&third_of_200(0, 50.0, 30.0));
+        let mut ms = 0;
+        while ms < 70_000 {
+            ms += 100;
+            let r = a.rate().unwrap() / 10.0;
+            // Two partial answers below the share, 3 s apart.
+            if settle && (ms == 3_000 || ms == 6_000) {
+                a.after_attempt(&third_of_200(ms, 20.0, 10.0));
+            } else if ms > 67_000 {
+                // It writes little for 3 s (its requests wait on retries).
+                a.after_attempt(&third_of_200(ms, 1.0, 1.0));
+            } else {
+                a.after_attempt(&third_of_200(ms, r, r));
+            }
+        }
+        assert_eq!(a.settled_until.is_some(), settle);
+        // A partial answer within what the table admits at once, then
+        // whole answers at the rate for 5.5 s.
+        a.after_attempt(&third_of_200(ms, 5.0, 2.0));
+        let cut = a.rate().unwrap();
+        let end = ms + 5_500;
+        while ms < end {
+            ms += 100;
+            let r = a.rate().unwrap() / 10.0;
+            a.after_attempt(&third_of_200(ms, r, r));
+        }
+        (cut, a.rate().unwrap())
+    };
+    let fair = 200.0 / 3.0 * 0.98;
+    let (cut, never) = run(false);
+    assert!(cut < 0.3 * fair, "{cut}");
+    assert!((never - fair).abs() < 1e-6, "{never} vs {fair}");
+    let (cut, settled) = run(true);
+    assert!(cut < 0.3 * fair, "{cut}");
+    assert!(settled < 0.5 * fair, "{settled} vs {fair}");
+}
+
 /// A client whose first batch came back with 10 of its 50 units written
 /// reads the table as shallow: a cut below the share is back at the share
 /// within `fast_recovery_s`. Throttled on one answer in 25 it stays so; on
