@@ -15,8 +15,8 @@ export AWS_ACCESS_KEY_ID ?= test
 export AWS_SECRET_ACCESS_KEY ?= test
 export AWS_REGION ?= us-east-1
 
-.SILENT: run stack tansu stop
-.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics bench-pipeline chaos fuzz
+.SILENT: run stack tansu stop sim-sweep
+.PHONY: run test build stack tansu stop clean-stack fmt lint check bench-throttle bench-dynamodb bench-metrics bench-pipeline chaos fuzz sim-sweep
 
 # The build's system packages first (libssl-dev, pkg-config; once).
 build:
@@ -106,6 +106,20 @@ bench-pipeline: stack
 	TANSU_NAME=tansu-bench TANSU_PORT=9094 TANSU_FRESH=1 bash localstack/tansu.sh
 	INGEST_TEST_BROKERS=127.0.0.1:9094 $(CARGO) bench --bench pipeline
 	BENCH_BROKER=mock $(CARGO) bench --bench pipeline
+
+# Every shipped `ingest sim` scenario over seeds 1 to SEEDS (8): each
+# strategy's throttled requests, utilization, most requests, least job and
+# least client, in target/bench/sim-sweep.md (JSON in target/bench/sim/).
+SEEDS ?= 8
+sim-sweep: build
+	mkdir -p target/bench/sim
+	out=target/bench/sim-sweep.md
+	echo "# ingest sim: every shipped scenario, seeds 1-$(SEEDS)" > $$out
+	for f in config/scenarios/*.toml; do
+	  name=$$(basename $$f .toml)
+	  { echo; echo '```'; $(BIN) sim --scenario $$f --seeds $(SEEDS) --json target/bench/sim/$$name.json | grep -v '^wrote'; echo '```'; } >> $$out
+	done
+	echo "wrote $$out"
 
 stop:
 	bash localstack/stop.sh

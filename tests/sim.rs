@@ -249,6 +249,65 @@ fn the_command_writes_json_chart_and_trace() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--seeds N`: seeds 1 to N, one spread row a strategy, the JSON with
+/// them; 0 seeds, or seeds with one seed, a chart or a trace, exit 2.
+#[test]
+fn the_command_spreads_a_scenario_over_seeds() {
+    let dir = std::env::temp_dir().join(format!("ingest-sim-seeds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("s.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ingest"))
+        .args(["sim", "--seeds", "2", "--scenario"])
+        .arg(scenario("two-jobs"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("seeds 1-2"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["seeds"], 2);
+    let adaptive = report["strategies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"] == "adaptive")
+        .unwrap();
+    // The same as the two seeds run one at a time.
+    let one = |seed: u64| {
+        let mut sc = sim::load(&scenario("two-jobs")).unwrap();
+        sc.seed = seed;
+        by(&sim::run(&sc).unwrap().scores, "adaptive").clone()
+    };
+    let (a, b) = (one(1), one(2));
+    assert_eq!(adaptive["seeds"], 2);
+    assert_eq!(adaptive["requests"], a.requests + b.requests);
+    assert_eq!(adaptive["throttled"], a.throttled + b.throttled);
+    let least_job = a
+        .group_shares
+        .iter()
+        .chain(&b.group_shares)
+        .copied()
+        .fold(1.0, f64::min);
+    assert!((adaptive["least_job_share"].as_f64().unwrap() - least_job).abs() < 1e-12);
+    for args in [
+        vec!["--seeds", "0"],
+        vec!["--seeds", "2", "--seed", "3"],
+        vec!["--seeds", "2", "--trace", "x.csv"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ingest"))
+            .args(["sim", "--scenario"])
+            .arg(scenario("two-jobs"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn bad_scenarios_exit_2_naming_the_field() {
     let dir = std::env::temp_dir().join(format!("ingest-sim-bad-{}", std::process::id()));

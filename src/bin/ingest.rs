@@ -175,6 +175,10 @@ enum Command {
         /// Override the scenario's seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// Run seeds 1 to N and print each strategy's spread over them
+        /// (throttled requests, utilization, the least job and client).
+        #[arg(long, conflicts_with_all = ["seed", "chart", "trace"])]
+        seeds: Option<u64>,
     },
     /// Print how many items a table holds and a few of them.
     ShowTable {
@@ -362,7 +366,11 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             trace,
             clients,
             seed,
-        } => Ok(commands::sim(scenario, json, chart, trace, clients, seed)),
+            seeds,
+        } => Ok(match seeds {
+            Some(n) => commands::sim_seeds(scenario, json, clients, n),
+            None => commands::sim(scenario, json, chart, trace, clients, seed),
+        }),
         Command::ShowTable {
             table,
             limit,

@@ -142,6 +142,96 @@ pub fn score(
     }
 }
 
+/// One strategy over several seeds of a scenario (`ingest sim --seeds`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spread {
+    pub label: String,
+    pub seeds: usize,
+    pub requests: u64,
+    pub throttled: u64,
+    /// Throttled requests over requests, all seeds together.
+    pub throttled_rate: f64,
+    pub utilization_min: f64,
+    pub utilization_max: f64,
+    pub requests_vs_ideal_max: f64,
+    /// The least job's share in any seed (None with one job).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub least_job_share: Option<f64>,
+    /// The least `least_client_share` in any seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub least_client_share: Option<f64>,
+}
+
+/// Each strategy's scores over several seeds (one `Vec<Score>` a seed, the
+/// strategies in the same order), in the strategies' order.
+pub fn spread(runs: &[Vec<Score>]) -> Vec<Spread> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    first
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let all: Vec<&Score> = runs.iter().filter_map(|r| r.get(i)).collect();
+            let requests: u64 = all.iter().map(|s| s.requests).sum();
+            let throttled: u64 = all.iter().map(|s| s.throttled).sum();
+            Spread {
+                label: s.label.clone(),
+                seeds: all.len(),
+                requests,
+                throttled,
+                throttled_rate: if requests > 0 {
+                    throttled as f64 / requests as f64
+                } else {
+                    0.0
+                },
+                utilization_min: all
+                    .iter()
+                    .map(|s| s.utilization)
+                    .fold(f64::INFINITY, f64::min),
+                utilization_max: all.iter().map(|s| s.utilization).fold(0.0, f64::max),
+                requests_vs_ideal_max: all.iter().map(|s| s.requests_vs_ideal).fold(0.0, f64::max),
+                least_job_share: all
+                    .iter()
+                    .map(|s| s.group_shares.iter().copied().reduce(f64::min))
+                    .fold(None, min),
+                least_client_share: all.iter().map(|s| s.least_client_share).fold(None, min),
+            }
+        })
+        .collect()
+}
+
+/// The human table of [`spread`].
+pub fn spread_table(scenario: &str, seeds: &str, rows: &[Spread]) -> String {
+    let mut s = format!(
+        "scenario {scenario}, seeds {seeds}\n{:<32} {:>10} {:>15} {:>12} {:>10} {:>12}\n",
+        "strategy", "throttled", "util", "x ideal, most", "least job", "least client"
+    );
+    for r in rows {
+        let job = r
+            .least_job_share
+            .map_or("-".to_string(), |j| format!("{:.1}%", j * 100.0));
+        let client = r
+            .least_client_share
+            .map_or("-".to_string(), |c| format!("{c:.2}"));
+        s.push_str(&format!(
+            "{:<32} {:>9.2}% {:>6.1}-{:>6.1}% {:>12.2} {:>10} {:>12}\n",
+            r.label,
+            r.throttled_rate * 100.0,
+            r.utilization_min * 100.0,
+            r.utilization_max * 100.0,
+            r.requests_vs_ideal_max,
+            job,
+            client
+        ));
+    }
+    s
+}
+
 /// Sample standard deviation (n - 1); 0 for fewer than two values.
 pub fn sample_stdev(xs: &[f64]) -> f64 {
     if xs.len() < 2 {
@@ -224,6 +314,43 @@ mod tests {
         assert_eq!((s.requests, s.throttled), (110, 5));
         assert!((s.utilization - 0.95).abs() < 1e-12);
         assert!((s.requests_vs_ideal - 110.0 / 105.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_spread_sums_the_requests_and_keeps_the_extremes() {
+        let score = |requests, throttled, utilization, jobs: Vec<f64>, client| Score {
+            label: "a".into(),
+            strategy: "adaptive".into(),
+            retry_rate: 0.0,
+            max_sleep_s: 0.0,
+            request_stdev: 0.0,
+            time_to_clear_s: None,
+            utilization,
+            requests,
+            throttled,
+            requests_vs_ideal: requests as f64 / 100.0,
+            accepted_units: 0.0,
+            offered_units: 0.0,
+            group_shares: jobs,
+            least_client_share: client,
+        };
+        let runs = vec![
+            vec![score(100, 1, 0.9, vec![0.5, 0.4], Some(0.7))],
+            vec![score(300, 9, 0.8, vec![0.3, 0.6], None)],
+        ];
+        let s = &spread(&runs)[0];
+        assert_eq!((s.seeds, s.requests, s.throttled), (2, 400, 10));
+        assert!((s.throttled_rate - 0.025).abs() < 1e-12);
+        assert_eq!((s.utilization_min, s.utilization_max), (0.8, 0.9));
+        assert_eq!(s.requests_vs_ideal_max, 3.0);
+        assert_eq!(s.least_job_share, Some(0.3));
+        assert_eq!(s.least_client_share, Some(0.7));
+        assert!(spread(&[]).is_empty());
+        let table = spread_table("x", "1-2", &spread(&runs));
+        assert!(
+            table.contains("2.50%") && table.contains("30.0%"),
+            "{table}"
+        );
     }
 
     #[test]

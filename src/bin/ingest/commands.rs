@@ -142,6 +142,62 @@ pub fn sim(
     ExitCode::SUCCESS
 }
 
+/// `ingest sim --seeds N`: seeds 1 to N, each strategy's spread over them;
+/// exit 2 for a bad scenario or N = 0, 1 when the JSON cannot be written.
+pub fn sim_seeds(
+    scenario: PathBuf,
+    json: Option<PathBuf>,
+    clients: Option<usize>,
+    seeds: u64,
+) -> ExitCode {
+    if seeds == 0 {
+        err!("error: --seeds {seeds}: must be at least 1");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let mut sc = match ingest::sim::load(&scenario) {
+        Ok(sc) => sc,
+        Err(e) => {
+            err!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Some(n) = clients {
+        sc.clients.count = n;
+    }
+    let started = std::time::Instant::now();
+    let mut runs = Vec::new();
+    for seed in 1..=seeds {
+        sc.seed = seed;
+        match ingest::sim::run(&sc) {
+            Ok(r) => runs.push(r.scores),
+            Err(e) => {
+                err!("error: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        }
+    }
+    let rows = ingest::sim::report::spread(&runs);
+    let range = format!("1-{seeds}");
+    let table = ingest::sim::report::spread_table(&sc.name, &range, &rows);
+    out!("{}", table.strip_suffix('\n').unwrap_or(&table));
+    out!(
+        "({} clients, {} simulated s a seed, {:.2} s of real time)",
+        sc.clients.count,
+        sc.duration_s,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = json {
+        let value = serde_json::json!({ "scenario": sc.name, "seeds": seeds, "strategies": rows });
+        let text = serde_json::to_string_pretty(&value).expect("serializable") + "\n";
+        if let Err(e) = std::fs::write(&path, text) {
+            err!("error: {}: {e}", path.display());
+            return ExitCode::from(EXIT_FATAL);
+        }
+        out!("wrote {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
 /// `ingest run`: the worker, then its summary on stdout.
 pub async fn run(
     config: PathBuf,
