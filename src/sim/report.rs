@@ -47,6 +47,7 @@ const MINUTE_S: f64 = 60.0;
 /// here even where the totals look healthy. Minutes are counted from the
 /// moment every client has made its first attempt, the first of them left
 /// out (the start's cuts), and only whole minutes before the last attempt.
+/// A client that never made an attempt while others did scores 0.
 /// (Clients of jobs of different sizes have different fair amounts: with
 /// jobs of 2 and 1 clients an even split per job puts the larger job's
 /// clients at 0.75 of the mean.)
@@ -63,8 +64,11 @@ pub fn least_client_share(main: &Outcome) -> Option<f64> {
         }
         last = last.max(a.t_s);
     }
+    if first.iter().any(|f| f.is_infinite()) {
+        return (!main.attempts.is_empty()).then_some(0.0);
+    }
     let start = first.iter().copied().fold(0.0, f64::max) + MINUTE_S;
-    if !start.is_finite() || last < start + MINUTE_S {
+    if last < start + MINUTE_S {
         return None;
     }
     let minutes = ((last - start) / MINUTE_S).floor() as usize;
@@ -392,6 +396,12 @@ mod tests {
         // is left before the last attempt.
         let late = vec![at(0, 0.0, 1.0), at(1, 100.0, 1.0), at(0, 200.0, 1.0)];
         assert_eq!(least_client_share(&run(late, 2)), None);
+        // A client that never attempts while another does scores 0.
+        assert_eq!(
+            least_client_share(&run(vec![at(0, 0.0, 1.0)], 2)),
+            Some(0.0)
+        );
+        assert_eq!(least_client_share(&run(Vec::new(), 2)), None);
         // A client that writes nothing in a counted minute scores 0.
         let starved = vec![
             at(0, 0.0, 1.0),

@@ -54,7 +54,7 @@
 //!   back at the share within `fast_recovery_s` of the cut however deep the
 //!   cut was: partial answers there pull the accepted rate, and so the cut,
 //!   far down, and peers' requests meeting keep cutting; unless the rate
-//!   has settled since the capacity last changed (another writer, below).
+//!   settled within `settle_max_s` (another writer, below).
 //!   Above the share,
 //!   CUBIC probes slowly.
 //! - **Unless throttles there repeat.** A second congestion event at or
@@ -383,6 +383,9 @@ impl Adaptive {
             .is_some_and(|prev| (e / prev - 1.0).abs() > SETTLE_RESET)
         {
             // A new capacity: what the throttles taught is stale.
+            self.load_window = (0, 0);
+            self.heavy = false;
+            self.oversubscribed = false;
             self.last_below = None;
             self.settled_until = None;
             self.settle_for = Duration::from_secs_f64(self.cfg.settle_s);
@@ -557,7 +560,10 @@ impl Adaptive {
     /// unchanged.)
     fn watch_load(&mut self, fb: &Feedback) {
         self.load_window.0 += 1;
-        self.load_window.1 += u32::from(fb.throttled && !fb.key_range);
+        // (A partial answer to its own probe of the request size says
+        // nothing of other writers, as in `watch_slots`.)
+        self.load_window.1 +=
+            u32::from(fb.throttled && !fb.key_range && !self.size.probes(fb.sent_units));
         if self.load_window.0 >= LOAD_WINDOW {
             let heavy = f64::from(self.load_window.1) > LOAD_THROTTLED * f64::from(LOAD_WINDOW);
             self.oversubscribed = heavy && self.heavy;
@@ -582,6 +588,13 @@ impl Adaptive {
     /// so the rate probes back up rather than returning to the share.
     fn learned(&self, at: Duration) -> bool {
         self.settled_until.is_some_and(|u| at < u + self.settle_for)
+    }
+
+    /// Whether a settle held within `settle_max_s` of `at` (since the last
+    /// capacity change): the table has shown another writer lately.
+    fn settled_lately(&self, at: Duration) -> bool {
+        let max = Duration::from_secs_f64(self.cfg.settle_max_s);
+        self.settled_until.is_some_and(|u| at < u + max)
     }
 
     /// Whether the rate is settled at `at` (see the module doc).
@@ -774,9 +787,9 @@ impl Strategy for Adaptive {
                 // was: its throttles below the share are peers' requests
                 // meeting, and deep cuts there (to the accepted rate, which
                 // partial answers pull down) held three workers at a third
-                // of their shares. Not once the rate has settled (since the
-                // last capacity change): the table has shown it has less
-                // free than the share, and a worker held low by another
+                // of their shares. Not within `settle_max_s` of a settle
+                // (since the last capacity change): the table has shown it
+                // has less free than the share, and a worker held low by another
                 // writer jumped back to its share within 5 s when its
                 // lesson expired, into that writer (`make bench-dynamodb`,
                 // a live writer at 150 of 200 WCU/s: 9 to 82 WCU/s).
@@ -787,7 +800,7 @@ impl Strategy for Adaptive {
                     let gap = match self.w_max {
                         Some(w)
                             if self.capacity.is_some_and(|c| self.shallow(c))
-                                && self.settled_until.is_none() =>
+                                && !self.settled_lately(fb.now) =>
                         {
                             (f - w * self.last_cut).max(step)
                         }

@@ -685,16 +685,19 @@ fn after_a_settle_a_deep_cut_climbs_back_as_on_a_deep_table() {
 /// within `fast_recovery_s`. Throttled on one answer in 25 it stays so; on
 /// one in 8 for two windows of 100 answers running the table is
 /// oversubscribed, not shallow, and the same cut climbs back one decrease's
-/// worth per `fast_recovery_s`.
+/// worth per `fast_recovery_s`. One heavy window is not enough, and a light
+/// window after two heavy ones makes it shallow again.
 #[test]
 fn many_throttles_twice_running_lift_the_shallow_rules() {
-    let run = |every: u64| {
+    // `heavy(w)`: whether window w (answers 100w..100w+99) throttles one
+    // answer in 8 (else one in 25).
+    let run = |windows: u64, heavy: &dyn Fn(u64) -> bool| {
         let mut a = Adaptive::new(AdaptiveConfig::default());
         a.after_attempt(&third_of_200(0, 50.0, 10.0));
-        // 199 more answers of a few units, every `every`-th partial.
         let mut ms = 0;
-        for i in 1..200 {
+        for i in 1..windows * 100 {
             ms = i * 100;
+            let every = if heavy(i / 100) { 8 } else { 25 };
             let written = if i % every == 0 { 1.0 } else { 2.0 };
             a.after_attempt(&third_of_200(ms, 2.0, written));
         }
@@ -702,21 +705,28 @@ fn many_throttles_twice_running_lift_the_shallow_rules() {
         ms += 1_100;
         a.after_attempt(&third_of_200(ms, 5.0, 2.0));
         let cut = a.rate().unwrap();
+        assert!(cut < 0.5 * 200.0 / 3.0, "{cut}");
         let end = ms + 5_500;
         while ms < end {
             ms += 100;
             let r = a.rate().unwrap() / 10.0;
             a.after_attempt(&third_of_200(ms, r, r));
         }
-        (cut, a.rate().unwrap())
+        a.rate().unwrap()
     };
     let fair = 200.0 / 3.0 * 0.98;
-    let (cut, shallow) = run(25);
-    assert!(cut < 0.5 * fair, "{cut}");
-    assert!((shallow - fair).abs() < 1e-6, "{shallow} vs {fair}");
-    let (cut, oversubscribed) = run(8);
-    assert!(cut < 0.5 * fair, "{cut}");
-    assert!(oversubscribed < 0.7 * fair, "{oversubscribed} vs {fair}");
+    let back = |r: f64| (r - fair).abs() < 1e-6;
+    let light = run(2, &|_| false);
+    assert!(back(light), "{light} vs {fair}");
+    let heavy = run(2, &|_| true);
+    assert!(heavy < 0.7 * fair, "{heavy} vs {fair}");
+    let once = run(2, &|w| w == 1);
+    assert!(back(once), "one heavy window: {once} vs {fair}");
+    let then_light = run(3, &|w| w < 2);
+    assert!(
+        back(then_light),
+        "heavy, heavy, light: {then_light} vs {fair}"
+    );
 }
 
 /// An answer to a client with a third of a 200 WCU/s table: `sent` units
