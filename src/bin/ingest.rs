@@ -177,7 +177,11 @@ enum Command {
         seed: Option<u64>,
         /// Run seeds 1 to N and print each strategy's spread over them
         /// (throttled requests, utilization, the least job and client).
-        #[arg(long, conflicts_with_all = ["seed", "chart", "trace"])]
+        #[arg(
+            long,
+            conflicts_with_all = ["seed", "chart", "trace"],
+            value_parser = clap::value_parser!(u64).range(1..)
+        )]
         seeds: Option<u64>,
     },
     /// Print how many items a table holds and a few of them.

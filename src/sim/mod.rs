@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::Path;
 
 use engine::{Mode, Outcome};
-use report::Score;
+use report::{Score, Spread};
 use scenario::Scenario;
 
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +89,54 @@ pub fn run(sc: &Scenario) -> Result<Results, SimError> {
     })
 }
 
+/// Each strategy's spread over seeds 1 to `seeds` (`ingest sim --seeds`).
+#[derive(Debug)]
+pub struct Spreads {
+    pub scenario: String,
+    pub seeds: u64,
+    pub rows: Vec<Spread>,
+}
+
+/// Runs every strategy of the scenario on seeds 1 to `seeds`.
+pub fn run_seeds(sc: &Scenario, seeds: u64) -> Result<Spreads, SimError> {
+    let mut sc = sc.clone();
+    let mut runs = Vec::new();
+    for seed in 1..=seeds {
+        sc.seed = seed;
+        runs.push(run(&sc)?.scores);
+    }
+    Ok(Spreads {
+        scenario: sc.name,
+        seeds,
+        rows: report::spread(&runs),
+    })
+}
+
+impl Spreads {
+    /// The human table.
+    pub fn table(&self) -> String {
+        report::spread_table(&self.scenario, &format!("1-{}", self.seeds), &self.rows)
+    }
+
+    /// Writes the JSON report: the scenario, the seeds, one object per
+    /// strategy.
+    pub fn write_json(&self, path: &Path) -> Result<(), SimError> {
+        write_json(
+            path,
+            &serde_json::json!({ "scenario": self.scenario, "seeds": self.seeds, "strategies": self.rows }),
+        )
+    }
+}
+
+/// Writes `value` as pretty JSON.
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), SimError> {
+    let text = serde_json::to_string_pretty(value).expect("serializable");
+    std::fs::write(path, text + "\n").map_err(|source| SimError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 impl Results {
     /// The JSON report: the scenario's name and one object per strategy.
     pub fn json(&self) -> serde_json::Value {
@@ -97,11 +145,7 @@ impl Results {
 
     /// Writes the JSON report.
     pub fn write_json(&self, path: &Path) -> Result<(), SimError> {
-        let text = serde_json::to_string_pretty(&self.json()).expect("serializable");
-        std::fs::write(path, text + "\n").map_err(|source| SimError::Io {
-            path: path.display().to_string(),
-            source,
-        })
+        write_json(path, &self.json())
     }
 
     /// Writes the chart (SVG).

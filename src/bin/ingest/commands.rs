@@ -87,6 +87,21 @@ pub async fn show_table(
     Ok(ExitCode::SUCCESS)
 }
 
+/// A scenario file with `--clients` applied; exit 2 when it is bad.
+fn load_scenario(
+    scenario: &std::path::Path,
+    clients: Option<usize>,
+) -> Result<ingest::sim::scenario::Scenario, ExitCode> {
+    let mut sc = ingest::sim::load(scenario).map_err(|e| {
+        err!("error: {e}");
+        ExitCode::from(EXIT_CONFIG)
+    })?;
+    if let Some(n) = clients {
+        sc.clients.count = n;
+    }
+    Ok(sc)
+}
+
 /// `ingest sim`; exit 2 for a bad scenario, 1 when an output cannot be written.
 pub fn sim(
     scenario: PathBuf,
@@ -96,16 +111,10 @@ pub fn sim(
     clients: Option<usize>,
     seed: Option<u64>,
 ) -> ExitCode {
-    let mut sc = match ingest::sim::load(&scenario) {
+    let mut sc = match load_scenario(&scenario, clients) {
         Ok(sc) => sc,
-        Err(e) => {
-            err!("error: {e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(code) => return code,
     };
-    if let Some(n) = clients {
-        sc.clients.count = n;
-    }
     if let Some(s) = seed {
         sc.seed = s;
     }
@@ -143,42 +152,26 @@ pub fn sim(
 }
 
 /// `ingest sim --seeds N`: seeds 1 to N, each strategy's spread over them;
-/// exit 2 for a bad scenario or N = 0, 1 when the JSON cannot be written.
+/// exit 2 for a bad scenario, 1 when the JSON cannot be written.
 pub fn sim_seeds(
     scenario: PathBuf,
     json: Option<PathBuf>,
     clients: Option<usize>,
     seeds: u64,
 ) -> ExitCode {
-    if seeds == 0 {
-        err!("error: --seeds {seeds}: must be at least 1");
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    let mut sc = match ingest::sim::load(&scenario) {
+    let sc = match load_scenario(&scenario, clients) {
         Ok(sc) => sc,
+        Err(code) => return code,
+    };
+    let started = std::time::Instant::now();
+    let spreads = match ingest::sim::run_seeds(&sc, seeds) {
+        Ok(s) => s,
         Err(e) => {
             err!("error: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if let Some(n) = clients {
-        sc.clients.count = n;
-    }
-    let started = std::time::Instant::now();
-    let mut runs = Vec::new();
-    for seed in 1..=seeds {
-        sc.seed = seed;
-        match ingest::sim::run(&sc) {
-            Ok(r) => runs.push(r.scores),
-            Err(e) => {
-                err!("error: {e}");
-                return ExitCode::from(EXIT_CONFIG);
-            }
-        }
-    }
-    let rows = ingest::sim::report::spread(&runs);
-    let range = format!("1-{seeds}");
-    let table = ingest::sim::report::spread_table(&sc.name, &range, &rows);
+    let table = spreads.table();
     out!("{}", table.strip_suffix('\n').unwrap_or(&table));
     out!(
         "({} clients, {} simulated s a seed, {:.2} s of real time)",
@@ -187,10 +180,8 @@ pub fn sim_seeds(
         started.elapsed().as_secs_f64()
     );
     if let Some(path) = json {
-        let value = serde_json::json!({ "scenario": sc.name, "seeds": seeds, "strategies": rows });
-        let text = serde_json::to_string_pretty(&value).expect("serializable") + "\n";
-        if let Err(e) = std::fs::write(&path, text) {
-            err!("error: {}: {e}", path.display());
+        if let Err(e) = spreads.write_json(&path) {
+            err!("error: {e}");
             return ExitCode::from(EXIT_FATAL);
         }
         out!("wrote {}", path.display());

@@ -557,7 +557,8 @@ impl Adaptive {
     /// climbed back to its share every 5 s and never settled. (`ingest
     /// sim`, seeds 1-8: `heavy-neighbour.toml` 13.0% of requests throttled
     /// -> 7.7%, `two-lone-jobs.toml` 7.5% -> 1.6%; every tuned scenario
-    /// unchanged.)
+    /// unchanged. See the README's "Shapes not tuned on" for the figures
+    /// with the mends after it.)
     fn watch_load(&mut self, fb: &Feedback) {
         self.load_window.0 += 1;
         // (A partial answer to its own probe of the request size says

@@ -598,33 +598,18 @@ fn an_on_demand_tables_slow_start_stops_at_its_share_of_what_it_is_warm_for() {
 fn a_deep_cut_on_a_shallow_table_is_recovered_within_fast_recovery_s() {
     let run = |shallow: bool| {
         let mut a = Adaptive::new(AdaptiveConfig::default());
-        let fb = |ms: u64, throttled: bool, sent: f64, written: f64| Feedback {
-            sent_units: sent,
-            written_units: written,
-            share: Some(1.0 / 3.0),
-            ..at(ms, throttled, written, Some(200.0))
-        };
-        if shallow {
-            // A full batch comes back with 10 of its 50 units written.
-            a.after_attempt(&fb(0, true, 50.0, 10.0));
-        } else {
-            a.after_attempt(&fb(0, false, 10.0, 10.0));
-        }
+        // A full batch comes back with 10 of its 50 units written, or a
+        // request of 10 goes whole.
+        let (sent, written) = if shallow { (50.0, 10.0) } else { (10.0, 10.0) };
+        a.after_attempt(&third_of_200(0, sent, written));
         // It writes little for 3 s (its requests wait on retries).
         for ms in (100..3_000).step_by(100) {
-            a.after_attempt(&fb(ms, false, 1.0, 1.0));
+            a.after_attempt(&third_of_200(ms, 1.0, 1.0));
         }
         // A partial answer within what the table admits at once.
-        a.after_attempt(&fb(3_000, true, 5.0, 2.0));
-        let cut = a.rate().unwrap();
+        let (cut, after) = cut_then_climb(&mut a, 3_000);
         assert!(cut < 20.0, "a deep cut: {cut}");
-        let mut ms = 3_000;
-        while ms < 8_500 {
-            ms += 100;
-            let r = a.rate().unwrap();
-            a.after_attempt(&fb(ms, false, r / 10.0, r / 10.0));
-        }
-        a.rate().unwrap()
+        after
     };
     let fair = 200.0 / 3.0 * 0.98;
     let shallow = run(true);
@@ -660,17 +645,8 @@ fn after_a_settle_a_deep_cut_climbs_back_as_on_a_deep_table() {
             }
         }
         assert_eq!(a.settled_until.is_some(), settle);
-        // A partial answer within what the table admits at once, then
-        // whole answers at the rate for 5.5 s.
-        a.after_attempt(&third_of_200(ms, 5.0, 2.0));
-        let cut = a.rate().unwrap();
-        let end = ms + 5_500;
-        while ms < end {
-            ms += 100;
-            let r = a.rate().unwrap() / 10.0;
-            a.after_attempt(&third_of_200(ms, r, r));
-        }
-        (cut, a.rate().unwrap())
+        // A partial answer within what the table admits at once.
+        cut_then_climb(&mut a, ms)
     };
     let fair = 200.0 / 3.0 * 0.98;
     let (cut, never) = run(false, 70_000);
@@ -706,18 +682,9 @@ fn many_throttles_twice_running_lift_the_shallow_rules() {
             let written = if i % every == 0 { 1.0 } else { 2.0 };
             a.after_attempt(&third_of_200(ms, 2.0, written));
         }
-        // A partial answer, then 5.5 s of whole ones at the rate.
-        ms += 1_100;
-        a.after_attempt(&third_of_200(ms, 5.0, 2.0));
-        let cut = a.rate().unwrap();
+        let (cut, after) = cut_then_climb(&mut a, ms + 1_100);
         assert!(cut < 0.5 * 200.0 / 3.0, "{cut}");
-        let end = ms + 5_500;
-        while ms < end {
-            ms += 100;
-            let r = a.rate().unwrap() / 10.0;
-            a.after_attempt(&third_of_200(ms, r, r));
-        }
-        a.rate().unwrap()
+        after
     };
     let fair = 200.0 / 3.0 * 0.98;
     let back = |r: f64| (r - fair).abs() < 1e-6;
@@ -734,15 +701,35 @@ fn many_throttles_twice_running_lift_the_shallow_rules() {
     );
 }
 
-/// An answer to a client with a third of a 200 WCU/s table: `sent` units
+/// An answer to a client with `share` of a 200 WCU/s table: `sent` units
 /// asked, `written` written (throttled when fewer).
-fn third_of_200(ms: u64, sent: f64, written: f64) -> Feedback {
+fn share_of_200(share: f64, ms: u64, sent: f64, written: f64) -> Feedback {
     Feedback {
         sent_units: sent,
         written_units: written,
-        share: Some(1.0 / 3.0),
+        share: Some(share),
         ..at(ms, written < sent, written, Some(200.0))
     }
+}
+
+/// [`share_of_200`] with a third.
+fn third_of_200(ms: u64, sent: f64, written: f64) -> Feedback {
+    share_of_200(1.0 / 3.0, ms, sent, written)
+}
+
+/// At `ms`, a partial answer (2 of 5 units) to a client with a third of a
+/// 200 WCU/s table, then 5.5 s of whole answers at its rate: the rate the
+/// answer left, and the rate after.
+fn cut_then_climb(a: &mut Adaptive, mut ms: u64) -> (f64, f64) {
+    a.after_attempt(&third_of_200(ms, 5.0, 2.0));
+    let cut = a.rate().unwrap();
+    let end = ms + 5_500;
+    while ms < end {
+        ms += 100;
+        let r = a.rate().unwrap() / 10.0;
+        a.after_attempt(&third_of_200(ms, r, r));
+    }
+    (cut, a.rate().unwrap())
 }
 
 #[test]
@@ -908,14 +895,9 @@ fn a_sixth_unslotted() -> Adaptive {
     })
 }
 
-/// An answer to a sixth of a 200 WCU/s table at `ms`: `written` of `sent`.
+/// [`share_of_200`] with a sixth.
 fn sixth(ms: u64, sent: f64, written: f64) -> Feedback {
-    Feedback {
-        sent_units: sent,
-        written_units: written,
-        share: Some(1.0 / 6.0),
-        ..at(ms, written < sent, written, Some(200.0))
-    }
+    share_of_200(1.0 / 6.0, ms, sent, written)
 }
 
 /// At `ms`, an answer to a request of a tenth of a second of `a`'s pace (1
