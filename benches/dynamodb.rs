@@ -15,7 +15,10 @@
 //! - `capacity-step`: 200 -> 100 -> 300 WCU/s (20 s, 40 s);
 //! - `shallow`: a 200 WCU/s table whose bucket holds 0.05 s (10 WCU, a fifth
 //!   of a full batch) or 0.025 s (5 WCU, the costliest item) and no burst
-//!   credit, 1 and 3 workers.
+//!   credit, 1 and 3 workers;
+//! - `half-second bucket`: the same with a bucket of 0.5 s (100 WCU, about
+//!   two full batches): deeper than the time slots are for, shallower than
+//!   the workers' coinciding batches.
 //!
 //! Scaled down from DynamoDB's figures (1,000 WCU/s per partition, 4,000 WRU/s
 //! for a new on-demand table) to what LocalStack on a 2-core machine writes.
@@ -672,8 +675,9 @@ fn scale() -> usize {
     env_or("BENCH_SCALE", 1_usize).max(1)
 }
 
-/// The shallow buckets' depths, seconds of capacity.
-const SHALLOW_DEPTHS: [f64; 2] = [0.05, 0.025];
+/// The shallow buckets' depths, and the half-second one's, seconds of
+/// capacity.
+const SHALLOW_DEPTHS: [f64; 3] = [0.05, 0.025, 0.5];
 
 /// The live-writer run with a budget: its `budget_fraction` (with the live
 /// writer at its default 60 WCU/s: it leaves the writer 5% of room).
@@ -723,6 +727,7 @@ impl Run {
             Run::TwoJobs => "two-jobs",
             Run::Stepped(_, true) => "on-demand",
             Run::Stepped(_, false) => "capacity-step",
+            Run::Shallow(_, d) if d >= 0.5 => "half-second bucket",
             Run::Shallow(_, d) if d >= 0.05 => "shallow 0.05 s",
             Run::Shallow(..) => "shallow 0.025 s",
         }
@@ -899,7 +904,7 @@ fn markdown(rows: &[Value]) -> String {
             );
         }
     }
-    md += "\n## Shallow buckets: 200 WCU/s, a bucket of 0.05 s (10 WCU) or 0.025 s (5 WCU, the costliest item), no burst credit\n\n\
+    md += "\n## Shallow buckets: 200 WCU/s, a bucket of 0.05 s (10 WCU), 0.025 s (5 WCU, the costliest item) or 0.5 s (100 WCU, about two full batches), no burst credit\n\n\
            Utilization: the proxy's accepted WCU over 200 WCU/s x the time from the first write to the last; \
            steady: with the first 2 s and the last 3 s left out; formed: from the second in which the last \
            worker held its partitions to the last write (tansu holds the other workers' JoinGroup 3 s). \

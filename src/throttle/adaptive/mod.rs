@@ -141,6 +141,11 @@ use size::RequestSize;
 const SHALLOW_S: f64 = 0.25;
 
 /// A server that admits at once less than this many seconds of the
+/// table's capacity gets requests of at most a client's part of that, so
+/// that its peers' coinciding requests fit together (see `size`).
+const PEERS_S: f64 = 0.5;
+
+/// A server that admits at once less than this many seconds of the
 /// table's capacity is one where peers keep to time slots (see
 /// `Strategy::slotted`).
 const SLOTTED_S: f64 = 0.1;
@@ -698,7 +703,7 @@ impl Strategy for Adaptive {
             } else {
                 share
             };
-            self.size.set_part(part, SHALLOW_S * c);
+            self.size.set_part(part, SHALLOW_S * c, PEERS_S * c);
         }
         let dt = self
             .last_update
