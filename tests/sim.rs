@@ -492,25 +492,29 @@ fn six_clients_on_a_shallow_bucket_none_starves() {
 /// a batch of up to 125 units is most of it, and the workers' batches meet
 /// now and then at any rate. Each keeps its requests to its part of what
 /// the table has shown it admits at once (`size`'s `peers_below`): fewer
-/// than 1% of requests throttled over seeds 1-8 (0.55%, and 0.45% without
-/// the settle, on 2026-11-27; 1.82% and 1.74% before), and without the
-/// settle at least 95% of the table in every seed (95.7-96.8%; 94.3-95.2%
-/// before).
+/// than 1% of requests throttled over seeds 1-8 with the settle and
+/// without it (0.33% each on 2026-11-27; 1.82% and 1.74% before), and at
+/// least 90% of the table in every seed (94.0-96.8%; 67.3-75.6% before),
+/// 95% without the settle (96.1-96.9%; 94.3-95.2% before).
 #[test]
 fn workers_on_a_half_second_bucket_keep_to_their_part_of_it() {
     let sc = sim::load(&scenario("medium-bucket")).unwrap();
-    for label in ["adaptive", "adaptive-nosettle"] {
-        let (mut throttled, mut requests) = (0, 0);
-        for seed in 1..=8 {
-            let mut sc = sc.clone();
-            sc.seed = seed;
-            let s = by(&sim::run(&sc).unwrap().scores, label).clone();
-            throttled += s.throttled;
-            requests += s.requests;
-            if label == "adaptive-nosettle" {
-                assert!(s.utilization >= 0.95, "seed {seed}: {s:?}");
-            }
+    let mut totals = [(0, 0); 2];
+    for seed in 1..=8 {
+        let mut sc = sc.clone();
+        sc.seed = seed;
+        let scores = sim::run(&sc).unwrap().scores;
+        for (i, (label, floor)) in [("adaptive", 0.9), ("adaptive-nosettle", 0.95)]
+            .into_iter()
+            .enumerate()
+        {
+            let s = by(&scores, label);
+            assert!(s.utilization >= floor, "{label}, seed {seed}: {s:?}");
+            totals[i].0 += s.throttled;
+            totals[i].1 += s.requests;
         }
+    }
+    for (label, (throttled, requests)) in ["adaptive", "adaptive-nosettle"].iter().zip(totals) {
         let rate = throttled as f64 / requests as f64;
         assert!(rate < 0.01, "{label}: {throttled} of {requests} throttled");
     }

@@ -140,9 +140,10 @@ use size::RequestSize;
 /// fair share has a shallow bucket (see `note_event`).
 const SHALLOW_S: f64 = 0.25;
 
-/// A server that admits at once less than this many seconds of the
-/// table's capacity gets requests of at most a client's part of that, so
-/// that its peers' coinciding requests fit together (see `size`).
+/// A server that has shown it admits at once less than this many seconds
+/// of the table's capacity gets requests of at most a client's part of
+/// that, regrowing while they go whole, so that its peers' coinciding
+/// requests fit together (see `size`).
 const PEERS_S: f64 = 0.5;
 
 /// A server that admits at once less than this many seconds of the
