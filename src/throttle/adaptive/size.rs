@@ -166,7 +166,10 @@ impl RequestSize {
 
     /// This client's part of what the server admits at once, where that is
     /// less than `shallow_below` units, and of every request where it is
-    /// less than `peers_below` (see the module doc).
+    /// less than `peers_below` (see the module doc). A `peers_below` more
+    /// than 10% off the last (a new capacity) forgets the partial answers
+    /// seen: a larger table's bucket is deeper, and requests sized by the
+    /// old one's would only cost calls.
     pub fn set_part(&mut self, part: f64, shallow_below: f64, peers_below: f64) {
         if part.is_finite() && part > 0.0 {
             self.part = part.min(1.0);
@@ -175,7 +178,12 @@ impl RequestSize {
             self.shallow_below = shallow_below.max(0.0);
         }
         if peers_below.is_finite() {
-            self.peers_below = peers_below.max(0.0);
+            let new = peers_below.max(0.0);
+            if (new - self.peers_below).abs() > 0.1 * self.peers_below {
+                self.partial_seen = false;
+                self.part_grown = 1.0;
+            }
+            self.peers_below = new;
         }
     }
 
@@ -596,6 +604,19 @@ mod tests {
         s.set_part(1.0 / 3.0, 16.0, 100.0);
         assert!(s.observe(ms(0), 150.0, 120.0, true, false));
         assert_eq!(s.limit(), Some(120.0));
+        // A new capacity forgets the partial answers: on a table of three
+        // times the capacity the part waits for a partial answer there.
+        let mut s = sized();
+        s.set_part(1.0 / 3.0, 16.0, 100.0);
+        assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
+        assert!(!s.observe(ms(100), 50.0, 40.0, true, false));
+        assert_eq!(s.limit(), Some(20.0));
+        s.set_part(1.0 / 3.0, 48.0, 100.0);
+        assert_eq!(s.limit(), Some(20.0), "the same capacity keeps it");
+        s.set_part(1.0 / 3.0, 48.0, 300.0);
+        assert_eq!(s.limit(), Some(40.0), "what the partial answer left");
+        assert!(!s.observe(ms(200), 40.0, 30.0, true, false));
+        assert_eq!(s.limit(), Some(20.0));
         // Twenty workers on a larger table: an eighth of it, not a
         // twentieth (more than eight seldom meet at once).
         let mut s = sized();
