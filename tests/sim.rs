@@ -489,7 +489,8 @@ fn six_clients_on_a_shallow_bucket_none_starves() {
 }
 
 /// Three workers on a table whose bucket holds half a second (100 units):
-/// a batch of up to 125 units is most of it, and the workers' batches meet
+/// a batch of about 50 units (up to 125) is half of it or more, and the
+/// workers' batches meet
 /// now and then at any rate. Each keeps its requests to its part of what
 /// the table has shown it admits at once (`size`'s `peers_below`): fewer
 /// than 1% of requests throttled over seeds 1-8 with the settle and

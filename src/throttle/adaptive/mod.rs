@@ -140,10 +140,12 @@ use size::RequestSize;
 /// fair share has a shallow bucket (see `note_event`).
 const SHALLOW_S: f64 = 0.25;
 
-/// A server that has shown it admits at once less than this many seconds
-/// of the table's capacity gets requests of at most a client's part of
-/// that, regrowing while they go whole, so that its peers' coinciding
-/// requests fit together (see `size`).
+/// Where the most the server has shown it admits at once (the largest
+/// request admitted whole, or what a size signal admitted) is less than
+/// this many seconds of the table's capacity (the budget, where one is
+/// set), a client with peers sends requests of at most its part of that
+/// once any answer came back partial, regrowing while they go whole, so
+/// that its peers' coinciding requests fit together (see `size`).
 const PEERS_S: f64 = 0.5;
 
 /// A server that admits at once less than this many seconds of the
@@ -483,6 +485,7 @@ impl Adaptive {
                 .written_units
                 .max(1.0)
                 .max(self.size.largest_whole(fb.now))
+                .max(self.size.parted_from())
                 < SLOTTED_S * capacity
     }
 
@@ -737,7 +740,9 @@ impl Strategy for Adaptive {
             && self
                 .size
                 .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
-        self.whole_lately = self.size.largest_whole(fb.now);
+        // (While the peers' part holds, requests under it prove nothing
+        // larger: what it is a part of counts as admitted whole.)
+        self.whole_lately = self.size.largest_whole(fb.now).max(self.size.parted_from());
         // Far below its share on a table that admits little at once, a
         // throttle is a collision with peers, not a rate signal; unless it
         // names a hard ceiling (the server's own word on why).

@@ -61,11 +61,16 @@
 //!   over three runs, instead of 53% and 4.4%).
 //!
 //! - once any answer has come back partial, where the most the server has
-//!   shown it admits at once (`proven`) is less than `peers_below` (the
+//!   shown it admits at once (`proven`: the largest request admitted whole,
+//!   or what a size signal admitted) is less than `peers_below` (the
 //!   controller's half second of the table's capacity), a client with a
 //!   share keeps every request to its part of that (an eighth at the
-//!   least, `PEERS_MEETING`), not only after a size signal: three workers' batches of half such a bucket meet now and
-//!   then at any rate, and each meeting comes back partial. The part
+//!   least, `PEERS_MEETING`), not only after a size signal: three
+//!   workers' batches of half such a bucket meet now and then at any
+//!   rate, and each meeting comes back partial. (`proven` is at most a
+//!   batch, so on a table of more than two batches a second the part
+//!   applies after any partial answer, however deep its bucket: there it
+//!   costs calls, not capacity.) The part
 //!   regrows: `hold` after the last partial answer, by `grow` every
 //!   `PART_REGROW` (fixed) in which a request near it came back whole, so
 //!   an allowance taken at a bad moment (a start, a burst of peers) is not
@@ -73,9 +78,14 @@
 //!   request does not (the bucket was empty, which says nothing of how
 //!   requests fit together; resetting on those too put the lower of two
 //!   jobs at 35.4% in one seed of 40). While the part holds, a partial
-//!   answer within the proven size is no size signal, even while slow:
-//!   requests under the part never raise what was admitted whole lately,
-//!   and the slow rule would take that for the allowance and spiral. The
+//!   answer while slow within the proven size shrinks requests as one
+//!   within it does and leaves what the server admits at once as it was
+//!   (the rate is not cut either): requests under the part never raise
+//!   what was admitted whole lately, and the slow rule would have taken
+//!   that for the allowance and spiralled. For the same reason the
+//!   proven size the part rests on counts as admitted whole lately
+//!   (`parted_from`) where the controller asks whether the table is
+//!   shaped for time slots. The
 //!   pacer's burst follows the limit, so a worker's own requests leave
 //!   paced apart too. (`ingest sim`, seeds 1-8, three workers on a 200
 //!   WCU/s table whose bucket holds 0.5 s: 0.33% of requests throttled
@@ -204,6 +214,15 @@ impl RequestSize {
         } else {
             admitted
         }
+    }
+
+    /// While the part holds, the proven size it is a part of (0: it does
+    /// not hold): requests under the part prove nothing larger, so this
+    /// stands beside the largest request admitted whole lately as what the
+    /// server has shown it admits at once (`Adaptive`'s slot rules read
+    /// both).
+    pub fn parted_from(&self) -> f64 {
+        self.part_cap().and(self.proven).unwrap_or(0.0)
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -645,7 +664,11 @@ mod tests {
         s.observe(ms(50_100), 25.0, 25.0, false, false);
         assert_eq!(s.limit(), Some(31.25));
         assert!(s.observe(ms(61_000), 31.0, 10.0, true, true));
-        assert_eq!(s.admits_at_once(), None, "no size signal");
+        assert_eq!(
+            s.admits_at_once(),
+            None,
+            "what it admits at once stays (the rate is not cut)"
+        );
         assert_eq!(s.limit(), Some(20.0), "back to the part of 60");
         // A refusal of the whole request (the bucket was empty) does not
         // set the regrowth back.
