@@ -677,7 +677,7 @@ fn scale() -> usize {
 
 /// The shallow buckets' depths, and the half-second one's, seconds of
 /// capacity.
-const SHALLOW_DEPTHS: [f64; 3] = [0.05, 0.025, 0.5];
+const BUCKET_DEPTHS: [f64; 3] = [0.05, 0.025, 0.5];
 
 /// The live-writer run with a budget: its `budget_fraction` (with the live
 /// writer at its default 60 WCU/s: it leaves the writer 5% of room).
@@ -911,7 +911,7 @@ fn markdown(rows: &[Value]) -> String {
            Workers still running 180 s after the \
            start are stopped (SIGTERM), and the row says how many of the 4,000 records they wrote.\n\n\
            | strategy | bucket | workers | utilization | steady | formed | throttled requests | requests (x ideal) | records written |\n|---|---|---|---|---|---|---|---|---|\n";
-    for d in SHALLOW_DEPTHS {
+    for d in BUCKET_DEPTHS {
         for r in of(rows, Run::Shallow(1, d).scenario()) {
             if failed(r, &mut md) {
                 continue;
@@ -994,7 +994,7 @@ async fn main() {
         if wants("capacity-step") {
             plan.extend(workers.iter().map(|&w| (*v, Run::Stepped(w, false))));
         }
-        for d in SHALLOW_DEPTHS {
+        for d in BUCKET_DEPTHS {
             if wants(Run::Shallow(1, d).scenario()) {
                 plan.extend(workers.iter().map(|&w| (*v, Run::Shallow(w, d))));
             }

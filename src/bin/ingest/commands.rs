@@ -127,13 +127,7 @@ pub fn sim(
         }
     };
     let table = ingest::sim::report::table(&sc.name, &results.scores);
-    out!("{}", table.strip_suffix('\n').unwrap_or(&table));
-    out!(
-        "({} clients, {} simulated s, {:.2} s of real time)",
-        sc.clients.count,
-        sc.duration_s,
-        started.elapsed().as_secs_f64()
-    );
+    print_table(&table, &sc, "", started);
     let written = [
         json.as_ref().map(|p| (p, results.write_json(p))),
         chart
@@ -149,6 +143,23 @@ pub fn sim(
         out!("wrote {}", path.display());
     }
     ExitCode::SUCCESS
+}
+
+/// A score table, then the run's size and how long it took (`per`: what
+/// the simulated seconds are counted per, if anything).
+fn print_table(
+    table: &str,
+    sc: &ingest::sim::scenario::Scenario,
+    per: &str,
+    started: std::time::Instant,
+) {
+    out!("{}", table.strip_suffix('\n').unwrap_or(table));
+    out!(
+        "({} clients, {} simulated s{per}, {:.2} s of real time)",
+        sc.clients.count,
+        sc.duration_s,
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// `ingest sim --seeds N`: seeds 1 to N, each strategy's spread over them;
@@ -171,14 +182,7 @@ pub fn sim_seeds(
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let table = spreads.table();
-    out!("{}", table.strip_suffix('\n').unwrap_or(&table));
-    out!(
-        "({} clients, {} simulated s a seed, {:.2} s of real time)",
-        sc.clients.count,
-        sc.duration_s,
-        started.elapsed().as_secs_f64()
-    );
+    print_table(&spreads.table(), &sc, " a seed", started);
     if let Some(path) = json {
         if let Err(e) = spreads.write_json(&path) {
             err!("error: {e}");

@@ -740,9 +740,7 @@ impl Strategy for Adaptive {
             && self
                 .size
                 .observe(fb.now, fb.sent_units, fb.written_units, fb.throttled, slow);
-        // (While the peers' part holds, requests under it prove nothing
-        // larger: what it is a part of counts as admitted whole.)
-        self.whole_lately = self.size.largest_whole(fb.now).max(self.size.parted_from());
+        self.whole_lately = self.size.largest_whole(fb.now);
         // Far below its share on a table that admits little at once, a
         // throttle is a collision with peers, not a rate signal; unless it
         // names a hard ceiling (the server's own word on why).

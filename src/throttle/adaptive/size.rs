@@ -84,8 +84,8 @@
 //!   what was admitted whole lately, and the slow rule would have taken
 //!   that for the allowance and spiralled. For the same reason the
 //!   proven size the part rests on counts as admitted whole lately
-//!   (`parted_from`) where the controller asks whether the table is
-//!   shaped for time slots. The
+//!   (`parted_from`) where the controller asks whether one partial answer
+//!   shows a table shaped for time slots. The
 //!   pacer's burst follows the limit, so a worker's own requests leave
 //!   paced apart too. (`ingest sim`, seeds 1-8, three workers on a 200
 //!   WCU/s table whose bucket holds 0.5 s: 0.33% of requests throttled
@@ -219,8 +219,9 @@ impl RequestSize {
     /// While the part holds, the proven size it is a part of (0: it does
     /// not hold): requests under the part prove nothing larger, so this
     /// stands beside the largest request admitted whole lately as what the
-    /// server has shown it admits at once (`Adaptive`'s slot rules read
-    /// both).
+    /// server has shown it admits at once (`Adaptive::shows_slotted` reads
+    /// both; `slot_shaped` needs no such care, since it asks that the
+    /// proven size itself be small).
     pub fn parted_from(&self) -> f64 {
         self.part_cap().and(self.proven).unwrap_or(0.0)
     }
@@ -580,6 +581,20 @@ mod tests {
         assert_eq!(s.limit(), Some(40.0));
     }
 
+    /// A client with a third of a 100-unit `peers_below`: a whole answer
+    /// proves 60 units at once (nothing bounds requests yet), then at
+    /// `ms` a peer's batch meets one of its own, partial within what went
+    /// whole (a rate signal): from then on requests keep to a third of 60.
+    fn a_third_met_at(ms_partial: u64) -> RequestSize {
+        let mut s = sized();
+        s.set_part(1.0 / 3.0, 16.0, 100.0);
+        assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
+        assert_eq!(s.limit(), None);
+        assert!(!s.observe(ms(ms_partial), 50.0, 40.0, true, false));
+        assert_eq!(s.limit(), Some(20.0));
+        s
+    }
+
     #[test]
     fn a_client_with_peers_keeps_to_its_part_of_a_small_allowance_and_regrows_it() {
         // Three workers on a table that admits 60 units at once (under the
@@ -625,11 +640,7 @@ mod tests {
         assert_eq!(s.limit(), Some(120.0));
         // A new capacity forgets the partial answers: on a table of three
         // times the capacity the part waits for a partial answer there.
-        let mut s = sized();
-        s.set_part(1.0 / 3.0, 16.0, 100.0);
-        assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
-        assert!(!s.observe(ms(100), 50.0, 40.0, true, false));
-        assert_eq!(s.limit(), Some(20.0));
+        let mut s = a_third_met_at(100);
         s.set_part(1.0 / 3.0, 48.0, 100.0);
         assert_eq!(s.limit(), Some(20.0), "the same capacity keeps it");
         s.set_part(1.0 / 3.0, 48.0, 300.0);
@@ -646,16 +657,7 @@ mod tests {
 
     #[test]
     fn the_part_holds_after_any_partial_answer_and_never_spirals_while_slow() {
-        let mut s = sized();
-        s.set_part(1.0 / 3.0, 16.0, 100.0);
-        // Whole answers prove 60 units at once; nothing bounds requests
-        // yet.
-        assert!(!s.observe(ms(0), 60.0, 60.0, false, false));
-        assert_eq!(s.limit(), None);
-        // A peer's batch met this one: partial within what went whole (a
-        // rate signal), and from then on requests keep to a third of 60.
-        assert!(!s.observe(ms(100), 50.0, 40.0, true, false));
-        assert_eq!(s.limit(), Some(20.0));
+        let mut s = a_third_met_at(100);
         // Regrown twice, then (the 60 units out of memory) a partial
         // answer while slow to a request larger than any that went whole
         // lately: within the proven size, so not a size signal that would

@@ -964,3 +964,24 @@ fn a_named_ceiling_is_not_a_collision() {
     assert!(after < before, "{after} vs {before}");
     assert!(!a.ceiling_next, "the flag is spent");
 }
+
+/// While the peers' part holds, requests under it prove nothing larger:
+/// the proven size the part rests on counts as admitted whole for the slot
+/// rules. Without that, once the 45 units admitted whole left the size's
+/// memory (60 s), one partial answer writing 5 units (under a tenth of a
+/// second of 200 WCU/s) read the table as one for time slots, the part
+/// went away, and requests went to half of the 45 (22.5).
+#[test]
+fn the_peers_part_is_kept_when_small_requests_meet_a_partial_answer() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&third_of_200(0, 45.0, 45.0));
+    a.after_attempt(&third_of_200(100, 40.0, 30.0));
+    assert_eq!(a.max_request_units(), Some(15.0), "a third of 45");
+    // Requests of 10 units (too small to regrow the part) for a minute.
+    for ms in (200..=61_000).step_by(100) {
+        a.after_attempt(&third_of_200(ms, 10.0, 10.0));
+    }
+    a.after_attempt(&third_of_200(62_000, 10.0, 5.0));
+    assert!(!a.slotted());
+    assert_eq!(a.max_request_units(), Some(15.0), "still a third of 45");
+}
