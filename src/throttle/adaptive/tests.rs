@@ -985,3 +985,40 @@ fn the_peers_part_is_kept_when_small_requests_meet_a_partial_answer() {
     assert!(!a.slotted());
     assert_eq!(a.max_request_units(), Some(15.0), "still a third of 45");
 }
+
+/// A third of a 200 WCU/s table at its share for 3 s (a `first`-unit
+/// request written whole, or a `first`-unit probe with `admitted` written,
+/// first of all), then a partial answer within what went whole: the rate
+/// that event left, over the fair share.
+fn first_event_after(first: f64, admitted: f64, probe: Option<(f64, f64)>) -> f64 {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&third_of_200(0, first, admitted));
+    let mut t = 100;
+    while t < 3_000 {
+        let r = a.rate().unwrap() / 10.0;
+        a.after_attempt(&third_of_200(t, r.min(admitted), r.min(admitted)));
+        t += 100;
+    }
+    if let Some((sent, written)) = probe {
+        a.after_attempt(&third_of_200(t, sent, written));
+        t += 100;
+    }
+    a.after_attempt(&third_of_200(t, 3.0, 1.0));
+    a.rate().unwrap() / (200.0 / 3.0 * 0.98)
+}
+
+#[test]
+fn the_first_halving_is_spared_only_where_the_table_admits_less_than_half_a_request() {
+    // Batches of 36 went whole; then a probe of 38 came back with 28 (another
+    // job emptied the bucket): a batch is under a quarter second of the
+    // table, but nothing shows the bucket holds less than one. Halved, as a
+    // client whose first partial answer was not a probe.
+    let after_probe = first_event_after(36.0, 36.0, Some((38.0, 28.0)));
+    let no_probe = first_event_after(36.0, 36.0, None);
+    assert!((after_probe - 0.5).abs() < 0.01, "{after_probe}");
+    assert!((no_probe - 0.5).abs() < 0.01, "{no_probe}");
+    // A bucket of 10 units: the first batch of 36 came back with 10. Peers'
+    // requests meet there: cut by `decrease`, not halved.
+    let shallow = first_event_after(36.0, 10.0, None);
+    assert!((shallow - 0.9).abs() < 0.01, "{shallow}");
+}
