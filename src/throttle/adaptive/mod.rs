@@ -12,9 +12,9 @@
 //!   table has less free than the group's share by an amount nothing tells
 //!   (two equal jobs meet at twice what it takes); not where the table has
 //!   shown it admits at once under a quarter second of its capacity and
-//!   under half a request this client sent (`shown_shallow`: peers'
-//!   requests meeting in a small bucket), nor where key ranges refused
-//!   some of the answer (`Feedback::range_read`).
+//!   under half the largest request this client sent (`shown_shallow`:
+//!   peers' requests meeting in a small bucket), nor where key ranges
+//!   refused some of the answer (`Feedback::range_read`).
 //!   Except when only key ranges refused keys
 //!   the hot range did not pace yet while it held others back
 //!   (`Feedback::key_range`): the accepted rate is then the hot range's
@@ -601,20 +601,23 @@ impl Adaptive {
     }
 
     /// Whether the server has shown it admits at once less than
-    /// `SHALLOW_S` of `capacity` ([`Self::shallow`]) by more than a
-    /// request's own size: what it admitted at once is also under half the
-    /// largest request this client sent. What a client proves the table
-    /// admits at once is capped by what it asks, and a batch is under a
-    /// quarter second of a 200 WCU/s table, so there a partial answer to a
-    /// batch written nearly whole showed nothing shallow. (`make
-    /// bench-dynamodb`, two jobs, three runs whose split was 36-38% to
-    /// 57-59%: seven of the larger job's nine workers had met the other job
-    /// first on a probe of the request size, a batch larger than any
-    /// before, written 13-28 of 34-39 units after batches of 25-39 had
-    /// gone whole; each read the table as shallow and was spared the first
-    /// halving that every worker of the smaller job took. Six rounds
+    /// `SHALLOW_S` of `capacity` ([`Self::shallow`]) and less than half
+    /// the largest request this client has sent (since it started). What a
+    /// client proves the table admits at once is at most a request it sent
+    /// (a partial answer to a probe is taken to admit as much as went whole
+    /// lately), and a batch is under a quarter second of a 200 WCU/s
+    /// table: there a probe's partial answer after batches had gone whole
+    /// read as shallow. (`make bench-dynamodb`, two jobs of three workers,
+    /// three runs whose split was 36-38% to 57-59%: seven of the larger
+    /// jobs' nine workers had met the other job first on a probe of the
+    /// request size, a batch larger than any before, written 13-28 of
+    /// 34-39 units after batches of 25-39 had gone whole; each read the
+    /// table as admitting 25-39 units at once, shallow, and was spared the
+    /// first halving that every worker of the smaller jobs took. Six rounds
     /// alternated with the rule: the lower job under 40% in one run against
-    /// two, 39.3% at the least against 33.8%.)
+    /// two, 39.3% at the least against 33.8%.) A worker whose very first
+    /// answer comes back less than half written, with nothing written
+    /// whole before, still reads such a bucket as shallow.
     fn shown_shallow(&self, capacity: f64) -> bool {
         self.shallow(capacity)
             && self

@@ -1009,10 +1009,11 @@ fn first_event_after(first: f64, admitted: f64, probe: Option<(f64, f64)>) -> f6
 
 #[test]
 fn the_first_halving_is_spared_only_where_the_table_admits_less_than_half_a_request() {
-    // Batches of 36 went whole; then a probe of 38 came back with 28 (another
-    // job emptied the bucket): a batch is under a quarter second of the
-    // table, but nothing shows the bucket holds less than one. Halved, as a
-    // client whose first partial answer was not a probe.
+    // A request of 36 went whole; then a probe of 38 came back with 28
+    // (another job emptied the bucket): the table is taken to admit 36 at
+    // once (what went whole lately), under a quarter second of it (50) but
+    // not under half the largest request (19). Halved, as a client whose
+    // first partial answer was not a probe.
     let after_probe = first_event_after(36.0, 36.0, Some((38.0, 28.0)));
     let no_probe = first_event_after(36.0, 36.0, None);
     assert!((after_probe - 0.5).abs() < 0.01, "{after_probe}");
