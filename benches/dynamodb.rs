@@ -18,7 +18,9 @@
 //!   credit, 1 and 3 workers;
 //! - `half-second bucket`: the same with a bucket of 0.5 s (100 WCU, about
 //!   two full batches): deeper than the time slots are for, shallower than
-//!   the workers' coinciding batches.
+//!   the workers' coinciding batches;
+//! - `index`: a 200 WCU/s table whose global secondary index (every item
+//!   reaches it) has 100 WCU/s, 1 and 3 workers: the index bounds the job.
 //!
 //! Scaled down from DynamoDB's figures (1,000 WCU/s per partition, 4,000 WRU/s
 //! for a new on-demand table) to what LocalStack on a 2-core machine writes.
@@ -261,6 +263,67 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "wall_s": job.wall_s,
         "partition_timeline": st["partition_timeline"],
         "trace": job.trace,
+    })
+}
+
+/// The index's write capacity under the 200 WCU/s table of the `index`
+/// rows.
+const INDEX_WCU: f64 = 100.0;
+
+/// An `index` row still running this long after its start is stopped.
+const INDEX_LIMIT: Duration = Duration::from_secs(120);
+
+/// An index with less room than its table: a 200 WCU/s table (1 s bucket,
+/// no burst credit) whose global secondary index, keyed by `n` (every
+/// record carries it, all attributes projected: each write costs the index
+/// what it costs the table), has `INDEX_WCU`. The index, not the table,
+/// bounds the job; the proxy refuses what it has no room for with
+/// `IndexWriteProvisionedThroughputExceeded`.
+async fn index(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
+    let s = Setup::build(6, "", Some(200)).await;
+    add_index_on_n(&dynamo().await, &s.table, "by_n", INDEX_WCU as i64).await;
+    let proxy = ThrottleProxy::start(&["--burst-credit-s", "0"]);
+    s.use_endpoint(&proxy.endpoint());
+    configure(&s, v, "");
+    let (batch, total_wcu) = mixed(n, &format!("i{run}"));
+    produce(&s.topic, batch).await;
+    // Collapsing anchors are stopped (the default takes about 45 s).
+    let (job, stopped) = Job::start(&s, workers).finish_within(v.label, INDEX_LIMIT);
+    let written = count(&dynamo().await, &s.table).await;
+    if !stopped {
+        assert_eq!(written, n, "{}", v.label);
+    }
+    let st = proxy.stats(&s.table);
+    let (throttled, requests) = proxy_rate(&st);
+    let duration =
+        st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
+    let accepted = st["accepted_wcu"].as_f64().unwrap_or(0.0);
+    let steady = steady_throttles(&st);
+    let capacity = job
+        .summaries
+        .first()
+        .and_then(|w| w["tables"][0]["capacity"].as_f64());
+    s.delete_table().await;
+    json!({
+        "scenario": Run::Index(workers).scenario(),
+        "strategy": v.label,
+        "workers": workers,
+        "records": n,
+        "written": written,
+        "stopped_after_s": stopped.then_some(INDEX_LIMIT.as_secs()),
+        "wcu": total_wcu,
+        "duration_s": duration,
+        "index_utilization": accepted / (INDEX_WCU * duration.max(1.0)),
+        "requests": requests,
+        "throttled_rate": throttled / requests.max(1.0),
+        "steady_throttled": steady.0,
+        "steady_requests": steady.1,
+        "index_refused_items": st["index_refused_items"],
+        "paced_to": capacity,
+        "worker_requests": job.requests,
+        "worker_throttled": job.throttled,
+        "wall_s": job.wall_s,
+        "timeline": st["timeline"],
     })
 }
 
@@ -705,6 +768,8 @@ enum Run {
     Stepped(usize, bool),
     /// (workers, the bucket's depth in seconds)
     Shallow(usize, f64),
+    /// (workers): an index with less capacity than its table.
+    Index(usize),
 }
 
 impl Run {
@@ -716,6 +781,7 @@ impl Run {
             Run::Stepped(w, true) => stepped(v, w, true, 6_000, n).await,
             Run::Stepped(w, false) => stepped(v, w, false, 8_000, n).await,
             Run::Shallow(w, depth) => shallow(v, w, depth, 4_000, n).await,
+            Run::Index(w) => index(v, w, 3_000, n).await,
         }
     }
 
@@ -730,12 +796,13 @@ impl Run {
             Run::Shallow(_, d) if d >= 0.5 => "half-second bucket",
             Run::Shallow(_, d) if d >= 0.05 => "shallow 0.05 s",
             Run::Shallow(..) => "shallow 0.025 s",
+            Run::Index(_) => "index",
         }
     }
 
     fn workers(self) -> usize {
         match self {
-            Run::HotRange(w) | Run::Stepped(w, _) | Run::Shallow(w, _) => w,
+            Run::HotRange(w) | Run::Stepped(w, _) | Run::Shallow(w, _) | Run::Index(w) => w,
             Run::Live(_) => 3,
             Run::TwoJobs => 6,
         }
@@ -933,6 +1000,37 @@ fn markdown(rows: &[Value]) -> String {
             );
         }
     }
+    md += &format!(
+        "\n## An index with less room than its table: 200 WCU/s, a global secondary index of {INDEX_WCU:.0} WCU/s that every item reaches\n\n\
+         Utilization: the proxy's accepted WCU over the index's {INDEX_WCU:.0} WCU/s x the time from the \
+         first write to the last (each write costs the index what it costs the table). 'Paced to': the \
+         capacity the first worker's summary says it paced to. Workers still running 120 s after the \
+         start are stopped (SIGTERM).\n\n\
+         | strategy | workers | utilization of the index | throttled requests | after the first 15 s | items refused by the index | paced to |\n|---|---|---|---|---|---|---|\n"
+    );
+    for r in of(rows, "index") {
+        if failed(r, &mut md) {
+            continue;
+        }
+        md += &format!(
+            "| {} | {} | {}{} | {} | {} | {} | {} |\n",
+            r["strategy"].as_str().unwrap_or(""),
+            r["workers"],
+            pct(&r["index_utilization"]),
+            r["stopped_after_s"]
+                .as_u64()
+                .map_or(String::new(), |t| format!(
+                    " (stopped at {t} s, {} of {} records written)",
+                    r["written"], r["records"]
+                )),
+            pct(&r["throttled_rate"]),
+            steady(r),
+            r["index_refused_items"],
+            r["paced_to"]
+                .as_f64()
+                .map_or("-".into(), |c| format!("{c:.0} WCU/s")),
+        );
+    }
     md
 }
 
@@ -998,6 +1096,9 @@ async fn main() {
             if wants(Run::Shallow(1, d).scenario()) {
                 plan.extend(workers.iter().map(|&w| (*v, Run::Shallow(w, d))));
             }
+        }
+        if wants("index") {
+            plan.extend(workers.iter().map(|&w| (*v, Run::Index(w))));
         }
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");

@@ -545,6 +545,49 @@ async fn the_stand_in_answers_the_worker_with_nothing_behind_it() {
     assert!(text.contains("--upstream none"), "{text}");
 }
 
+/// A table of 200 WCU/s whose global secondary index (keyed by `n`, which
+/// every record carries, all attributes projected) has 40: every write to
+/// the table is one to the index, and the index's capacity is the table's
+/// real one. The proxy refuses what the index has no room for
+/// (`IndexWriteProvisionedThroughputExceeded`, naming the index's ARN), the
+/// worker reads the index's capacity with DescribeTable and what each write
+/// costs it from ConsumedCapacity (`INDEXES`), paces to 40, and says so in
+/// its summary; nothing is lost. Paced to the table's 200 instead, the
+/// worker met the index's refusals as a table shared with another writer.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_index_with_less_capacity_than_the_table_is_paced_to() {
+    let s = Setup::build(2, "", Some(200)).await;
+    add_index_on_n(&dynamo().await, &s.table, "by_n", 40).await;
+    let proxy = ThrottleProxy::start(&[]);
+    let total_wcu = mixed_through(&proxy, &s, 600).await;
+    let started = Instant::now();
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 600);
+    assert_eq!(s.committed(), s.end_offsets());
+    let requests = u(&summary, "requests");
+    let throttled = u(&summary, "throttled_requests");
+    let st = proxy.stats(&s.table);
+    eprintln!(
+        "index of 40 WCU/s under a 200 WCU/s table, {total_wcu} WCU: {elapsed:.1} s, {requests} \
+         requests, {throttled} throttled, {} items refused by the index; table {}",
+        st["index_refused_items"], summary["tables"][0]
+    );
+    let table = &summary["tables"][0];
+    assert_eq!(table["index_bound"], "by_n", "the index binds: {table}");
+    assert_eq!(
+        table["capacity"].as_f64(),
+        Some(40.0),
+        "paced to the index's capacity, each write costing it what it costs the table: {table}"
+    );
+    assert!(
+        throttled * 10 <= requests,
+        "paced to the index, not probing the table's capacity: {throttled} of {requests}"
+    );
+}
+
 /// Points the setup's worker at `proxy` and produces `n` mixed-size records
 /// (see [`mixed_sizes`]); returns their WCU.
 async fn mixed_through(proxy: &ThrottleProxy, s: &Setup, n: usize) -> u64 {

@@ -54,7 +54,7 @@ use crate::sink::dynamodb::Dynamo;
 use on_demand::OnDemand;
 use partitions::Partitions;
 pub use table::TableStats;
-use table::{count_for, TableState};
+use table::{count_for, IndexState, TableState};
 
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -292,8 +292,31 @@ impl Proxy {
             .partitions
             .map(|n| Partitions::new(n, self.cfg.partition_wcu, self.cfg.burst_s, now));
         let bucket = wcu.map(|w| Bucket::new(w, self.cfg.burst_s, self.cfg.credit_s, now));
+        // Global secondary indexes with a provisioned capacity: a bucket
+        // each, of the table's shape.
+        let indexes = info
+            .as_ref()
+            .map(|i| {
+                i.indexes
+                    .iter()
+                    .filter_map(|ix| {
+                        Some(IndexState {
+                            name: ix.name.clone(),
+                            keys: ix.keys.clone(),
+                            bucket: Bucket::new(
+                                ix.capacity?,
+                                self.cfg.burst_s,
+                                self.cfg.credit_s,
+                                now,
+                            ),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let hash_key = info.ok().map(|i| i.key.hash.name);
-        let state = TableState::new(bucket, on_demand, partitions, hash_key, now);
+        let state =
+            TableState::new(bucket, on_demand, partitions, hash_key, now).with_indexes(indexes);
         self.tables.lock().entry(table.to_string()).or_insert(state);
     }
 
@@ -444,6 +467,10 @@ impl Proxy {
             wire::Admit::Table => return throttled(&[(table, wire::TABLE_WRITE_PROVISIONED)]),
             wire::Admit::KeyRange => return throttled(&[(table, wire::TABLE_WRITE_KEY_RANGE)]),
             wire::Admit::Max => return throttled(&[(table, wire::TABLE_WRITE_MAX_ON_DEMAND)]),
+            wire::Admit::Index(name) => {
+                let resource = wire::index_resource(&table, &name);
+                return throttled(&[(resource, wire::INDEX_WRITE_PROVISIONED)]);
+            }
         }
         let resp = self.write_on(&parts, || body, |_| json!({})).await;
         let mut map = self.tables.lock();

@@ -66,6 +66,7 @@ impl StandIn {
             capacity: wcu,
             max_write: None,
             warm: None,
+            indexes: Vec::new(),
         }
     }
 

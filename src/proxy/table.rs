@@ -25,6 +25,9 @@ pub struct TableStats {
     /// Items refused by their partition's maximum while the table had room
     /// (`--partitions`), whether answered 400 or unprocessed.
     pub key_range_refused_items: u64,
+    /// Items refused by a global secondary index's capacity while the
+    /// table had room, whether answered 400 or unprocessed.
+    pub index_refused_items: u64,
     /// Capacity in force (the bucket's, or what an on-demand table admits
     /// now; filled in when served).
     pub wcu: Option<f64>,
@@ -56,6 +59,30 @@ pub(super) struct TableState {
     pub(super) hash_key: Option<String>,
     /// The on-demand model, for a table without provisioned capacity.
     pub(super) on_demand: Option<OnDemand>,
+    /// Its global secondary indexes with a provisioned capacity, each a
+    /// bucket of its own that every written item carrying its key also
+    /// takes from.
+    pub(super) indexes: Vec<IndexState>,
+}
+
+/// A global secondary index in the proxy: its name, key attributes and
+/// bucket.
+#[derive(Debug)]
+pub(super) struct IndexState {
+    pub(super) name: String,
+    pub(super) keys: Vec<String>,
+    pub(super) bucket: Bucket,
+}
+
+impl IndexState {
+    /// Whether a write request reaches this index: a put of an item that
+    /// carries every attribute of its key (a delete's old item is not
+    /// known here, and is not counted).
+    fn reached_by(&self, req: &Value) -> bool {
+        req.pointer("/PutRequest/Item")
+            .and_then(Value::as_object)
+            .is_some_and(|item| self.keys.iter().all(|k| item.contains_key(k)))
+    }
 }
 
 impl TableState {
@@ -83,11 +110,19 @@ impl TableState {
             partitions,
             hash_key,
             on_demand,
+            indexes: Vec::new(),
         }
     }
 
-    /// Takes a write request's `cost` from the table's bucket, then from its
-    /// partition's (giving the table's back if the partition refuses).
+    /// With these indexes, each limited by its own bucket.
+    pub(super) fn with_indexes(mut self, indexes: Vec<IndexState>) -> Self {
+        self.indexes = indexes;
+        self
+    }
+
+    /// Takes a write request's `cost` from the table's bucket, then from
+    /// each of its indexes' that the item reaches, then from its
+    /// partition's (giving back what was taken if a later one refuses).
     pub(super) fn admit(&mut self, req: &Value, cost: f64, now: Duration) -> Admit {
         if !self.bucket.as_mut().is_none_or(|b| b.try_take(cost, now)) {
             return Admit::Table;
@@ -95,8 +130,30 @@ impl TableState {
         if let Some(od) = self.on_demand.as_mut() {
             match od.try_take(cost, now) {
                 Ok(()) => {}
-                Err(Refusal::Max) => return Admit::Max,
-                Err(Refusal::Peak) => return Admit::KeyRange,
+                Err(Refusal::Max) => {
+                    self.refund_bucket(cost);
+                    return Admit::Max;
+                }
+                Err(Refusal::Peak) => {
+                    self.refund_bucket(cost);
+                    return Admit::KeyRange;
+                }
+            }
+        }
+        // Every index the item reaches takes its cost too (DynamoDB writes
+        // the index as part of the table's write, and refuses the write
+        // when the index has no room).
+        let reached: Vec<usize> = (0..self.indexes.len())
+            .filter(|i| self.indexes[*i].reached_by(req))
+            .collect();
+        for (n, &i) in reached.iter().enumerate() {
+            if !self.indexes[i].bucket.try_take(cost, now) {
+                for &j in &reached[..n] {
+                    self.indexes[j].bucket.refund(cost);
+                }
+                self.refund_table(cost);
+                self.stats.index_refused_items += 1;
+                return Admit::Index(self.indexes[i].name.clone());
             }
         }
         let Some(parts) = self.partitions.as_mut() else {
@@ -114,14 +171,30 @@ impl TableState {
             return Admit::Yes;
         }
         self.refund_table(cost);
+        self.refund_indexes(req, cost);
         self.stats.key_range_refused_items += 1;
         Admit::KeyRange
+    }
+
+    /// Gives `cost` back to every index `req` reached.
+    fn refund_indexes(&mut self, req: &Value, cost: f64) {
+        for ix in self.indexes.iter_mut().filter(|ix| ix.reached_by(req)) {
+            ix.bucket.refund(cost);
+        }
+    }
+
+    /// Gives `cost` back to the table's bucket alone.
+    fn refund_bucket(&mut self, cost: f64) {
+        if let Some(b) = self.bucket.as_mut() {
+            b.refund(cost);
+        }
     }
 
     /// Gives back what an admitted request took (upstream failed it): to
     /// the table's bucket and to its partition's.
     pub(super) fn refund(&mut self, req: &Value, cost: f64) {
         self.refund_table(cost);
+        self.refund_indexes(req, cost);
         if let Some(parts) = self.partitions.as_mut() {
             let p = parts.of(&partition_key(req, self.hash_key.as_deref()));
             parts.refund(p, cost);
@@ -326,6 +399,45 @@ mod tests {
         // Upstream failed one of them: its partition has room again.
         st.refund(&req, 1.0);
         assert_eq!(st.admit(&req, 1.0, t0), Admit::Yes);
+    }
+
+    #[test]
+    fn an_index_with_less_room_than_the_table_refuses_the_items_that_reach_it() {
+        let t0 = Duration::ZERO;
+        let index = IndexState {
+            name: "by_g".into(),
+            keys: vec!["g".into()],
+            bucket: Bucket::new(3.0, 1.0, 0.0, t0),
+        };
+        let mut st = TableState::new(
+            Some(Bucket::new(100.0, 1.0, 0.0, t0)),
+            None,
+            None,
+            Some("id".into()),
+            t0,
+        )
+        .with_indexes(vec![index]);
+        let with_key = json!({"PutRequest": {"Item": {"id": {"S": "a"}, "g": {"S": "x"}}}});
+        let without = json!({"PutRequest": {"Item": {"id": {"S": "b"}}}});
+        for _ in 0..3 {
+            assert_eq!(st.admit(&with_key, 1.0, t0), Admit::Yes);
+        }
+        assert_eq!(
+            st.admit(&with_key, 1.0, t0),
+            Admit::Index("by_g".into()),
+            "the index is full"
+        );
+        assert_eq!(st.stats.index_refused_items, 1);
+        // The table's unit went back: 97 left, and items without the
+        // index's key take them.
+        let fit = (0..200)
+            .take_while(|_| st.admit(&without, 1.0, t0) == Admit::Yes)
+            .count();
+        assert_eq!(fit, 97);
+        // Upstream failed one that reached the index: the index has room
+        // again (and the table).
+        st.refund(&with_key, 1.0);
+        assert_eq!(st.admit(&with_key, 1.0, t0), Admit::Yes);
     }
 
     #[test]

@@ -12,15 +12,26 @@ pub const THROTTLE_TYPE: &str =
 pub const TABLE_WRITE_PROVISIONED: &str = "TableWriteProvisionedThroughputExceeded";
 /// `ThrottlingReasons` of a partition (key range) over its own maximum.
 pub const TABLE_WRITE_KEY_RANGE: &str = "TableWriteKeyRangeThroughputExceeded";
+/// `ThrottlingReasons` of a global secondary index over its provisioned
+/// capacity (the table's write is refused for its index's sake).
+pub const INDEX_WRITE_PROVISIONED: &str = "IndexWriteProvisionedThroughputExceeded";
 /// `throttlingReasons` of an on-demand table at its MaxWriteRequestUnits.
 pub const TABLE_WRITE_MAX_ON_DEMAND: &str = "TableWriteMaxOnDemandThroughputExceeded";
 /// The error DynamoDB answers with when an on-demand maximum is exceeded.
 pub const THROTTLING_TYPE: &str = "com.amazonaws.dynamodb.v20120810#ThrottlingException";
 
 /// The ARN DynamoDB names a table by in `ThrottlingReasons` (the proxy does
-/// not know the region or account; LocalStack's account is all zeros).
+/// not know the region or account; LocalStack's account is all zeros). A
+/// reason's resource is named by its path after `table/`: a table's name,
+/// or an index's [`index_resource`].
 pub fn table_arn(table: &str) -> String {
     format!("arn:aws:dynamodb:us-east-1:000000000000:table/{table}")
+}
+
+/// An index's resource path, as [`table_arn`] takes it: its ARN is the
+/// table's with `/index/{index}` after it.
+pub fn index_resource(table: &str, index: &str) -> String {
+    format!("{table}/index/{index}")
 }
 
 /// The body of a throttled write and its error type, with one reason entry
@@ -42,17 +53,24 @@ pub fn throttle_body(reasons: &[(String, &'static str)]) -> (String, &'static st
         });
         return (body.to_string(), "ThrottlingException");
     }
+    let message = if reasons.iter().all(|(_, r)| *r == INDEX_WRITE_PROVISIONED) {
+        "The level of configured provisioned throughput for one or more global secondary \
+         indexes of the table was exceeded. Consider increasing your provisioning level for \
+         the under-provisioned global secondary indexes with the UpdateTable API"
+    } else {
+        "The level of configured provisioned throughput for the table was exceeded. \
+         Consider increasing your provisioning level with the UpdateTable API."
+    };
     let body = json!({
         "__type": THROTTLE_TYPE,
-        "message": "The level of configured provisioned throughput for the table was exceeded. \
-                    Consider increasing your provisioning level with the UpdateTable API.",
+        "message": message,
         "ThrottlingReasons": list,
     });
     (body.to_string(), "ProvisionedThroughputExceededException")
 }
 
 /// Whether a write request fits, and if not, what refused it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admit {
     Yes,
     /// The table's capacity.
@@ -62,6 +80,8 @@ pub enum Admit {
     KeyRange,
     /// An on-demand table's MaxWriteRequestUnits.
     Max,
+    /// A global secondary index's capacity (its name).
+    Index(String),
 }
 
 /// The partition-key value of a write request as JSON text (`{"S":"a"}`),
@@ -142,6 +162,7 @@ pub fn split_batch(body: &Value, mut take: impl FnMut(&str, &Value, f64) -> Admi
             let (mut keep, mut hold) = (Vec::new(), Vec::new());
             let mut taken = 0.0;
             let mut reason = None;
+            let mut indexes: Vec<String> = Vec::new();
             for req in reqs.as_array().into_iter().flatten() {
                 let cost = request_wcu(req);
                 match take(table, req, cost) {
@@ -158,11 +179,20 @@ pub fn split_batch(body: &Value, mut take: impl FnMut(&str, &Value, f64) -> Admi
                     Admit::KeyRange => {
                         reason = reason.or(Some(TABLE_WRITE_KEY_RANGE));
                     }
+                    Admit::Index(name) => {
+                        if !indexes.contains(&name) {
+                            indexes.push(name);
+                        }
+                    }
                 }
                 hold.push(req.clone());
             }
             if let Some(r) = reason {
                 out.reasons.push((table.clone(), r));
+            }
+            for name in indexes {
+                out.reasons
+                    .push((index_resource(table, &name), INDEX_WRITE_PROVISIONED));
             }
             out.accepted_items += keep.len();
             if !keep.is_empty() {
@@ -266,6 +296,34 @@ mod tests {
             v["throttlingReasons"][0]["reason"],
             "TableWriteMaxOnDemandThroughputExceeded"
         );
+    }
+
+    #[test]
+    fn an_index_refusal_names_the_index_by_its_arn() {
+        let body = json!({"RequestItems": {"t": [put("x", 1), put("y", 1)]}});
+        let split = split_batch(&body, |_, req, _| {
+            match partition_key(req, Some("id")).as_str() {
+                "{\"S\":\"x\"}" => Admit::Yes,
+                _ => Admit::Index("by_g".into()),
+            }
+        });
+        assert_eq!(split.accepted_items, 1);
+        assert_eq!(
+            split.reasons,
+            vec![("t/index/by_g".to_string(), INDEX_WRITE_PROVISIONED)]
+        );
+        let (body, kind) = throttle_body(&split.reasons);
+        assert_eq!(kind, "ProvisionedThroughputExceededException");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["ThrottlingReasons"][0],
+            json!({"reason": "IndexWriteProvisionedThroughputExceeded",
+                   "resource": "arn:aws:dynamodb:us-east-1:000000000000:table/t/index/by_g"})
+        );
+        assert!(v["message"]
+            .as_str()
+            .unwrap()
+            .contains("global secondary indexes"));
     }
 
     #[test]

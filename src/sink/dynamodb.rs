@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::{BatchOutcome, Sink, SinkFuture, TableInfo, ThrottleScope, WriteError};
+use super::{BatchOutcome, IndexInfo, Sink, SinkFuture, TableInfo, ThrottleScope, WriteError};
 use crate::config::{DynamoSettings, SdkRetryMode};
 use crate::decode::{Item, KeyAttr, KeySchema, KeyType};
 use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
@@ -185,11 +185,41 @@ impl Dynamo {
             .and_then(|w| w.write_units_per_second())
             .filter(|w| *w > 0)
             .map(|w| w as f64);
+        // Its global secondary indexes: each index's own write capacity
+        // (provisioned, or an on-demand maximum).
+        let indexes = desc
+            .global_secondary_indexes()
+            .iter()
+            .filter_map(|g| {
+                let name = g.index_name()?.to_string();
+                let keys = g
+                    .key_schema()
+                    .iter()
+                    .map(|k| k.attribute_name().to_string())
+                    .collect();
+                let capacity = g
+                    .provisioned_throughput()
+                    .and_then(|p| p.write_capacity_units())
+                    .filter(|w| *w > 0)
+                    .or_else(|| {
+                        g.on_demand_throughput()
+                            .and_then(|o| o.max_write_request_units())
+                            .filter(|m| *m > 0)
+                    })
+                    .map(|w| w as f64);
+                Some(IndexInfo {
+                    name,
+                    keys,
+                    capacity,
+                })
+            })
+            .collect();
         Ok(TableInfo {
             key: schema,
             capacity,
             max_write,
             warm,
+            indexes,
         })
     }
 
@@ -213,7 +243,7 @@ impl Dynamo {
             .client
             .batch_write_item()
             .request_items(table, requests)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(|e| {
@@ -232,14 +262,28 @@ impl Dynamo {
                     .collect()
             })
             .unwrap_or_default();
+        // The table's own part (the total counts its indexes' writes too),
+        // and each index's.
         let consumed_wcu = out
             .consumed_capacity()
             .iter()
-            .filter_map(|c| c.capacity_units())
+            .filter_map(|c| {
+                c.table()
+                    .and_then(|t| t.capacity_units())
+                    .or(c.capacity_units())
+            })
             .reduce(|a, b| a + b);
+        let index_wcu = out
+            .consumed_capacity()
+            .iter()
+            .filter_map(|c| c.global_secondary_indexes())
+            .flatten()
+            .filter_map(|(name, c)| Some((name.clone(), c.capacity_units()?)))
+            .collect();
         Ok(BatchOutcome {
             unprocessed,
             consumed_wcu,
+            index_wcu,
         })
     }
 

@@ -96,20 +96,41 @@ impl std::fmt::Display for ThrottleScope {
 pub struct BatchOutcome {
     /// Items DynamoDB did not write (capacity), to send again.
     pub unprocessed: Vec<Item>,
-    /// Write capacity DynamoDB reports consumed, when it reports it.
+    /// Write capacity DynamoDB reports consumed by the table itself, when it
+    /// reports it (without its indexes': ConsumedCapacity's `Table` part,
+    /// or its total where no breakdown came).
     pub consumed_wcu: Option<f64>,
+    /// Write capacity each global secondary index consumed (by name), when
+    /// DynamoDB reports the breakdown.
+    pub index_wcu: Vec<(String, f64)>,
+}
+
+/// A global secondary index as DescribeTable shows it: its name, key
+/// attributes and write capacity (provisioned, or an on-demand index's
+/// `MaxWriteRequestUnits`; None: not limited by its own figure).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexInfo {
+    pub name: String,
+    /// Its partition key's and sort key's attribute names (an item is
+    /// written to the index only if it has them all).
+    pub keys: Vec<String>,
+    pub capacity: Option<f64>,
 }
 
 /// A table as DescribeTable shows it: its key and provisioned write capacity
 /// (None for on-demand tables), an on-demand table's `MaxWriteRequestUnits`
 /// (None: no maximum set) and its `WarmThroughput.WriteUnitsPerSecond` (what
-/// it is ready to take at once; None: not reported).
+/// it is ready to take at once; None: not reported), and its global
+/// secondary indexes (every write to the table that carries an index's key
+/// is a write to the index too, and an index over its capacity throttles
+/// the table's writes: `IndexWriteProvisionedThroughputExceeded`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableInfo {
     pub key: KeySchema,
     pub capacity: Option<f64>,
     pub max_write: Option<f64>,
     pub warm: Option<f64>,
+    pub indexes: Vec<IndexInfo>,
 }
 
 impl TableInfo {

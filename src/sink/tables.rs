@@ -104,6 +104,7 @@ pub async fn resolve_routes(
                     .with_hot_keys(th.hot_keys)
                     .with_latency(exporter.map(|e| e.latency(table)));
                 control.set_capacity(info.limit());
+                control.set_indexes(index_capacities(&info));
                 control.set_warm(info.warm);
                 let t = Arc::new(Table {
                     name: table.as_str().into(),
@@ -121,12 +122,18 @@ pub async fn resolve_routes(
             })?;
         }
         let budget = settings.budget_for(table);
+        // What the writes are paced to, and the index that bounds it (before
+        // any write, every write is taken to cost each index what it costs
+        // the table).
+        let report = resolved.control.report();
         info!(
             topic,
             table,
             key = %resolved.schema,
             budget_fraction = budget.fraction,
             budget_wcu = budget.wcu,
+            capacity = report.capacity,
+            index_bound = report.index_bound,
             "route ready"
         );
         routes.insert(
@@ -273,6 +280,7 @@ pub fn poll_capacity(
                         live.dynamo_ok();
                         if follow {
                             t.control.set_capacity(info.limit());
+                            t.control.set_indexes(index_capacities(&info));
                             t.control.set_warm(info.warm);
                         }
                     }
@@ -285,6 +293,15 @@ pub fn poll_capacity(
         });
     }
     set
+}
+
+/// Each global secondary index's name and write capacity (see
+/// `Control::set_indexes`).
+fn index_capacities(info: &TableInfo) -> Vec<(String, Option<f64>)> {
+    info.indexes
+        .iter()
+        .map(|i| (i.name.clone(), i.capacity))
+        .collect()
 }
 
 /// How many records of backlog one partition weighs in [`share`]
@@ -394,6 +411,7 @@ mod tests {
                 capacity: Some(100.0),
                 max_write: None,
                 warm: None,
+                indexes: Vec::new(),
             },
         );
         // Unavailable for 5 s, then back: found.

@@ -204,6 +204,11 @@ impl Writer {
             ctl.observe_latency(sent.elapsed());
             let heard = match answer {
                 Ok(outcome) => {
+                    if let Some(units) = outcome.consumed_wcu {
+                        // What the table and each of its indexes consumed:
+                        // an index with less room than the table bounds it.
+                        ctl.note_consumed(units, &outcome.index_wcu);
+                    }
                     let (todo, heard) = self.answered(table, send, &attempt, &outcome, schema, ctl);
                     remaining = joined(todo, rest);
                     heard

@@ -12,7 +12,9 @@
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Budget {
-    /// Fraction of the provisioned capacity (0, 1].
+    /// Fraction of the capacity (0, 1]: the table's provisioned one, or a
+    /// global secondary index's bound where lower (see
+    /// [`crate::throttle::indexes`]).
     pub fraction: Option<f64>,
     /// Absolute WCU/s for the whole job.
     pub wcu: Option<f64>,

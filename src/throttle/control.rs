@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
+use crate::throttle::indexes::IndexBound;
 use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
@@ -52,6 +53,9 @@ pub struct Control {
     /// The most the job may write to the table (see [`Budget`]).
     budget: Budget,
     capacity: Mutex<Option<f64>>,
+    /// The table's global secondary indexes: where one has less room for
+    /// this table's writes than the table, its bound is the capacity.
+    indexes: Mutex<IndexBound>,
     /// The table's warm throughput, where no capacity is known.
     warm: Mutex<Option<f64>>,
     /// This worker's share of the table (by the backlog of the partitions
@@ -91,7 +95,12 @@ pub struct ControlReport {
     pub strategy: &'static str,
     pub pacing_rate: Option<f64>,
     pub current_delay_s: f64,
+    /// What the writes are paced to: the table's capacity, or an index's
+    /// bound where lower.
     pub capacity: Option<f64>,
+    /// The global secondary index whose capacity binds the table's writes
+    /// (None: the table's own capacity does).
+    pub index_bound: Option<String>,
     /// The job's budget on the table, WCU/s (None: no budget).
     pub budget: Option<f64>,
     pub share: Option<f64>,
@@ -118,6 +127,7 @@ impl Control {
             fixed_rate,
             budget: Budget::default(),
             capacity: Mutex::new(None),
+            indexes: Mutex::new(IndexBound::default()),
             warm: Mutex::new(None),
             share: Mutex::new(None),
             slot_parts: Mutex::new(None),
@@ -223,10 +233,37 @@ impl Control {
         self.hint();
     }
 
+    /// The table's global secondary indexes and their write capacities
+    /// (DescribeTable's; see [`IndexBound`]).
+    pub fn set_indexes(&self, indexes: impl IntoIterator<Item = (String, Option<f64>)>) {
+        let before = self.capacity();
+        self.indexes.lock().set(indexes);
+        if self.capacity() != before {
+            self.hint();
+        }
+    }
+
+    /// What one answer's ConsumedCapacity says: `table` units the table
+    /// itself consumed and each index's. The strategy is told when the
+    /// indexes' bound moved.
+    pub fn note_consumed(&self, table: f64, per_index: &[(String, f64)]) {
+        let moved = self.indexes.lock().observe(table, per_index);
+        if moved {
+            self.hint();
+        }
+    }
+
+    /// The capacity this table's writes are paced to: the table's own, or
+    /// an index's bound where lower (None: unknown or on-demand).
+    pub fn capacity(&self) -> Option<f64> {
+        let own = *self.capacity.lock();
+        self.indexes.lock().capacity(own)
+    }
+
     /// The table's warm throughput (DescribeTable's `WarmThroughput`), told
     /// to the strategy where no capacity is known (see [`Strategy::warm`]).
     pub fn set_warm(&self, warm: Option<f64>) {
-        *self.warm.lock() = warm.filter(|w| *w > 0.0 && self.capacity.lock().is_none());
+        *self.warm.lock() = warm.filter(|w| *w > 0.0 && self.capacity().is_none());
         self.hint();
     }
 
@@ -254,7 +291,7 @@ impl Control {
     /// The capacity the strategy is told: the table's, or the budget if
     /// lower.
     fn capacity_seen(&self) -> Option<f64> {
-        self.budget.capacity_seen(*self.capacity.lock())
+        self.budget.capacity_seen(self.capacity())
     }
 
     /// Tells the strategy the capacity, share and warm throughput as now
@@ -286,9 +323,7 @@ impl Control {
                 slots_and_burst(&**s, parts.as_deref()),
             )
         };
-        let cap = self
-            .budget
-            .worker_cap(*self.capacity.lock(), *self.share.lock());
+        let cap = self.budget.worker_cap(self.capacity(), *self.share.lock());
         if let Some(rate) = lower(rate, cap) {
             self.pacer.steer(Some(rate), burst, slots);
         }
@@ -388,7 +423,9 @@ impl Control {
     }
 
     pub fn report(&self) -> ControlReport {
-        let capacity = *self.capacity.lock();
+        let capacity = self.capacity();
+        let own = *self.capacity.lock();
+        let index_bound = self.indexes.lock().bound_by(own).map(str::to_string);
         let (hot_keys, hot_rate) = self.hot.as_ref().map_or((0, None), |h| {
             let h = h.lock();
             (h.len(), h.rate())
@@ -399,6 +436,7 @@ impl Control {
             pacing_rate: self.pacer.rate().or(self.fixed_rate),
             current_delay_s: s.current_delay().as_secs_f64(),
             capacity,
+            index_bound,
             budget: self.budget.limit(capacity),
             share: *self.share.lock(),
             hot_keys,
@@ -505,6 +543,38 @@ mod tests {
         c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
         assert_eq!(c.report().pacing_rate, Some(196.0));
         assert_eq!(c.report().capacity, Some(200.0));
+    }
+
+    #[test]
+    fn an_index_with_less_room_than_the_table_is_the_capacity_paced_to() {
+        let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        c.set_capacity(Some(200.0));
+        c.set_indexes([("by_g".to_string(), Some(50.0))]);
+        // Before any write, the index is taken to cost what the table does.
+        c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
+        let r = c.report();
+        assert_eq!(
+            (r.capacity, r.index_bound.as_deref()),
+            (Some(50.0), Some("by_g"))
+        );
+        assert_eq!(r.pacing_rate, Some(49.0));
+        // Measured: a fifth of the table's units reach it. 50 / 0.2 = 250,
+        // above the table's 200: the table binds again.
+        for _ in 0..10 {
+            c.note_consumed(25.0, &[("by_g".to_string(), 5.0)]);
+        }
+        c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
+        let r = c.report();
+        assert_eq!((r.capacity, r.index_bound), (Some(200.0), None));
+        // A budget is a fraction of what the writes are paced to.
+        let c =
+            Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(Budget {
+                fraction: Some(0.5),
+                wcu: None,
+            });
+        c.set_capacity(Some(200.0));
+        c.set_indexes([("by_g".to_string(), Some(50.0))]);
+        assert_eq!(c.report().budget, Some(25.0));
     }
 
     #[test]

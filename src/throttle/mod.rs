@@ -23,6 +23,8 @@
 //!   table's other keys.
 //! - [`budget`]: the most the job may write to a table (a ceiling the
 //!   control applies over any strategy).
+//! - [`indexes`]: what the table's global secondary indexes leave its
+//!   writes (their capacity over what each costs per table unit).
 //! - [`window`]: the accepted rate over a sliding window, shared by the
 //!   adaptive controller, the per-table control and the simulator; and the
 //!   largest request admitted whole lately, for the request size.
@@ -33,6 +35,7 @@ pub mod budget;
 pub mod control;
 pub mod heroku;
 pub mod hot;
+pub mod indexes;
 pub mod pace;
 pub mod simple;
 pub mod window;

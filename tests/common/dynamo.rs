@@ -87,6 +87,67 @@ pub async fn create_table_with(client: &Client, name: &str, sort_key: bool, wcu:
     req.send().await.expect("create table");
 }
 
+/// Adds a global secondary index `index` keyed by the number `n` (every
+/// record of [`mixed_sizes`] carries it; all attributes projected) with
+/// `wcu` provisioned write capacity, and waits until it is active.
+pub async fn add_index_on_n(client: &Client, table: &str, index: &str, wcu: i64) {
+    use aws_sdk_dynamodb::types::{
+        CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate, Projection, ProjectionType,
+        ProvisionedThroughput,
+    };
+    let create = CreateGlobalSecondaryIndexAction::builder()
+        .index_name(index)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("n")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::All)
+                .build(),
+        )
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(5)
+                .write_capacity_units(wcu)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    client
+        .update_table()
+        .table_name(table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("n")
+                .attribute_type(ScalarAttributeType::N)
+                .build()
+                .unwrap(),
+        )
+        .global_secondary_index_updates(
+            GlobalSecondaryIndexUpdate::builder().create(create).build(),
+        )
+        .send()
+        .await
+        .expect("create the index");
+    eventually(Duration::from_secs(30), "the index is active", || async {
+        let Ok(d) = client.describe_table().table_name(table).send().await else {
+            return false;
+        };
+        d.table().is_some_and(|t| {
+            t.global_secondary_indexes().iter().any(|g| {
+                g.index_name() == Some(index)
+                    && g.index_status() == Some(&aws_sdk_dynamodb::types::IndexStatus::Active)
+            })
+        })
+    })
+    .await;
+}
+
 /// Every item of a table, by `id`.
 pub async fn scan(
     client: &Client,
