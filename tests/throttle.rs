@@ -588,6 +588,62 @@ async fn an_index_with_less_capacity_than_the_table_is_paced_to() {
     );
 }
 
+/// A sparse index: only every fifth record carries its key `g`, so it
+/// takes about a fifth of the table's units, and its 20 WCU/s bound the
+/// table's writes at about 100 (20 / a fifth), under the table's 200. The
+/// worker starts paced to 20 (before any write, every write is taken to
+/// reach the index), measures the fifth from ConsumedCapacity, and paces to
+/// about 100; the index's refusals of the items that reach it, while later
+/// items went through, are not read as a hot key range. Nothing is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sparse_index_bounds_the_table_by_what_it_is_measured_to_cost() {
+    use aws_sdk_dynamodb::types::ScalarAttributeType;
+    let s = Setup::build(2, "", Some(200)).await;
+    add_index_on(
+        &dynamo().await,
+        &s.table,
+        "by_g",
+        ("g", ScalarAttributeType::S),
+        20,
+    )
+    .await;
+    let proxy = ThrottleProxy::start(&[]);
+    s.use_endpoint(&proxy.endpoint());
+    let records: Vec<(String, Option<String>)> = (0..1_000)
+        .map(|i| {
+            let id = format!("s{i:05}");
+            let g = if i % 5 == 0 { r#","g":"x""# } else { "" };
+            let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"{g}}}"#, "x".repeat(100));
+            (id, Some(v))
+        })
+        .collect();
+    produce(&s.topic, records).await;
+    let started = Instant::now();
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, 1_000);
+    assert_eq!(s.committed(), s.end_offsets());
+    let requests = u(&summary, "requests");
+    let throttled = u(&summary, "throttled_requests");
+    let st = proxy.stats(&s.table);
+    let table = &summary["tables"][0];
+    eprintln!(
+        "sparse index (a fifth of the items) of 20 WCU/s under a 200 WCU/s table, 1,000 WCU: \
+         {elapsed:.1} s, {requests} requests, {throttled} throttled, {} items refused by the \
+         index; table {table}",
+        st["index_refused_items"]
+    );
+    let capacity = table["capacity"].as_f64().unwrap_or(0.0);
+    assert!(
+        (80.0..=130.0).contains(&capacity),
+        "paced to the index's 20 over the measured fifth (about 100): {table}"
+    );
+    assert_eq!(table["index_bound"], "by_g", "{table}");
+    assert_eq!(table["hot_keys"], 0, "no key range read: {table}");
+}
+
 /// Points the setup's worker at `proxy` and produces `n` mixed-size records
 /// (see [`mixed_sizes`]); returns their WCU.
 async fn mixed_through(proxy: &ThrottleProxy, s: &Setup, n: usize) -> u64 {

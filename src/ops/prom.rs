@@ -59,7 +59,7 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
     ("ingest_strategy_sleep_seconds_total", Kind::Seconds, "table,strategy", "Sum of those delays (AutoSleeper: total sleep time)."),
     ("ingest_backoff_delay_seconds", Kind::Gauge, "table", "The strategy's current delay."),
     ("ingest_pacing_rate_wcu", Kind::Gauge, "table", "The pacing rate, WCU per second (absent when unpaced)."),
-    ("ingest_capacity_wcu", Kind::Gauge, "table", "The table's provisioned write capacity (absent when on demand or unknown)."),
+    ("ingest_capacity_wcu", Kind::Gauge, "table", "The write capacity the table's writes are paced to: its provisioned capacity (or on-demand maximum), or a global secondary index's bound where lower (absent when unknown)."),
     ("ingest_capacity_share", Kind::Gauge, "table", "This worker's share of the table: its share of the backlog of the partitions feeding it (of the partitions, when there is no backlog)."),
     ("ingest_hot_keys", Kind::Gauge, "table", "Keys a hot key range (a partition at its own maximum) refused within the last minute, paced apart from the table's other keys."),
     ("ingest_hot_rate_wcu", Kind::Gauge, "table", "The pacing rate of those keys together, WCU per second (absent when no hot range is known)."),

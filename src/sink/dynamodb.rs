@@ -12,7 +12,8 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    KeyType as DdbKeyType, PutRequest, ReturnConsumedCapacity, ScalarAttributeType, WriteRequest,
+    Capacity, ConsumedCapacity, KeyType as DdbKeyType, PutRequest, ReturnConsumedCapacity,
+    ScalarAttributeType, WriteRequest,
 };
 use aws_sdk_dynamodb::Client;
 
@@ -262,24 +263,7 @@ impl Dynamo {
                     .collect()
             })
             .unwrap_or_default();
-        // The table's own part (the total counts its indexes' writes too),
-        // and each index's.
-        let consumed_wcu = out
-            .consumed_capacity()
-            .iter()
-            .filter_map(|c| {
-                c.table()
-                    .and_then(|t| t.capacity_units())
-                    .or(c.capacity_units())
-            })
-            .reduce(|a, b| a + b);
-        let index_wcu = out
-            .consumed_capacity()
-            .iter()
-            .filter_map(|c| c.global_secondary_indexes())
-            .flatten()
-            .filter_map(|(name, c)| Some((name.clone(), c.capacity_units()?)))
-            .collect();
+        let (consumed_wcu, index_wcu) = consumed(out.consumed_capacity());
         Ok(BatchOutcome {
             unprocessed,
             consumed_wcu,
@@ -354,9 +338,87 @@ fn classify_service(status: u16, code: &str, text: String) -> WriteError {
     }
 }
 
+/// What an answer's ConsumedCapacity (asked for with `INDEXES`) says:
+/// the units that count against the table's own capacity (the total less
+/// its global secondary indexes', each of which has a capacity of its own;
+/// a local secondary index's writes draw on the table's), and each global
+/// index's units by name. None where nothing was reported.
+fn consumed(list: &[ConsumedCapacity]) -> (Option<f64>, Vec<(String, f64)>) {
+    let sum = |m: Option<&HashMap<String, Capacity>>| -> f64 {
+        m.into_iter()
+            .flat_map(|m| m.values())
+            .filter_map(Capacity::capacity_units)
+            .sum()
+    };
+    let table = list
+        .iter()
+        .filter_map(|c| {
+            let global = sum(c.global_secondary_indexes());
+            let parts = || {
+                let t = c.table()?.capacity_units()?;
+                Some(t + sum(c.local_secondary_indexes()))
+            };
+            c.capacity_units()
+                .map(|t| (t - global).max(0.0))
+                .or_else(parts)
+        })
+        .reduce(|a, b| a + b);
+    let per_index = list
+        .iter()
+        .filter_map(ConsumedCapacity::global_secondary_indexes)
+        .flatten()
+        .filter_map(|(name, c)| Some((name.clone(), c.capacity_units()?)))
+        .collect();
+    (table, per_index)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cap(units: f64) -> Capacity {
+        Capacity::builder().capacity_units(units).build()
+    }
+
+    #[test]
+    fn consumed_capacity_counts_the_tables_units_apart_from_its_global_indexes() {
+        // TOTAL (or the stand-in): no breakdown, the total is the table's.
+        let total = ConsumedCapacity::builder().capacity_units(8.0).build();
+        assert_eq!(consumed(&[total]), (Some(8.0), vec![]));
+        // INDEXES: 5 for the table, 1 for a local index (the table's
+        // capacity), 3 for a global one (its own).
+        let full = ConsumedCapacity::builder()
+            .capacity_units(9.0)
+            .table(cap(5.0))
+            .local_secondary_indexes("by_date", cap(1.0))
+            .global_secondary_indexes("by_g", cap(3.0))
+            .build();
+        assert_eq!(
+            consumed(std::slice::from_ref(&full)),
+            (Some(6.0), vec![("by_g".to_string(), 3.0)])
+        );
+        // Without the total, from the parts.
+        let parts = ConsumedCapacity::builder()
+            .table(cap(5.0))
+            .local_secondary_indexes("by_date", cap(1.0))
+            .global_secondary_indexes("by_g", cap(3.0))
+            .build();
+        assert_eq!(consumed(&[parts]).0, Some(6.0));
+        assert_eq!(consumed(&[]), (None, vec![]));
+    }
+
+    #[test]
+    fn an_index_key_range_is_the_tables_signal() {
+        // Pacing the table's keys apart does not follow the index's key.
+        assert_eq!(
+            ThrottleScope::of(["IndexWriteKeyRangeThroughputExceeded"]),
+            ThrottleScope::Table
+        );
+        assert_eq!(
+            ThrottleScope::of(["IndexWriteProvisionedThroughputExceeded"]),
+            ThrottleScope::Table
+        );
+    }
 
     #[test]
     fn throttling_reasons_give_the_throttles_scope() {

@@ -73,7 +73,13 @@ impl ThrottleScope {
             .any(|r| r.contains("AccountLimit") || r.contains("MaxOnDemand"))
         {
             ThrottleScope::Ceiling
-        } else if !reasons.is_empty() && reasons.iter().all(|r| r.contains("KeyRange")) {
+        } else if !reasons.is_empty()
+            && reasons
+                .iter()
+                .all(|r| r.starts_with("Table") && r.contains("KeyRange"))
+        {
+            // (An index's key range is hot by the index's key, which the
+            // table's keys paced apart do not follow: the table's signal.)
             ThrottleScope::KeyRange
         } else {
             ThrottleScope::Table
@@ -96,9 +102,10 @@ impl std::fmt::Display for ThrottleScope {
 pub struct BatchOutcome {
     /// Items DynamoDB did not write (capacity), to send again.
     pub unprocessed: Vec<Item>,
-    /// Write capacity DynamoDB reports consumed by the table itself, when it
-    /// reports it (without its indexes': ConsumedCapacity's `Table` part,
-    /// or its total where no breakdown came).
+    /// Write capacity DynamoDB reports consumed against the table's own
+    /// capacity, when it reports it: the total less its global secondary
+    /// indexes' (each has a capacity of its own; a local secondary index's
+    /// writes draw on the table's).
     pub consumed_wcu: Option<f64>,
     /// Write capacity each global secondary index consumed (by name), when
     /// DynamoDB reports the breakdown.

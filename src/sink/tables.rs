@@ -295,12 +295,12 @@ pub fn poll_capacity(
     set
 }
 
-/// Each global secondary index's name and write capacity (see
-/// `Control::set_indexes`).
-fn index_capacities(info: &TableInfo) -> Vec<(String, Option<f64>)> {
+/// Each global secondary index's name, write capacity and key attributes
+/// (see `Control::set_indexes`).
+fn index_capacities(info: &TableInfo) -> Vec<(String, Option<f64>, Vec<String>)> {
     info.indexes
         .iter()
-        .map(|i| (i.name.clone(), i.capacity))
+        .map(|i| (i.name.clone(), i.capacity, i.keys.clone()))
         .collect()
 }
 

@@ -346,7 +346,17 @@ impl Writer {
                         hot: *h,
                     })
                     .collect();
+                // An item written to an index with a capacity of its own may
+                // have been refused for the index's sake (items after it
+                // that do not reach the index went through): that is the
+                // table's signal, not a key range's of the table's keys.
                 key_range_refused(&items)
+                    .into_iter()
+                    .zip(send)
+                    .map(|(by, slot)| {
+                        by && !ctl.reaches_limited_index(|k| slot.item().contains_key(k))
+                    })
+                    .collect()
             }
         };
         // The hot range hears of its keys, and of every key a range refused.

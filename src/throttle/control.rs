@@ -233,9 +233,12 @@ impl Control {
         self.hint();
     }
 
-    /// The table's global secondary indexes and their write capacities
-    /// (DescribeTable's; see [`IndexBound`]).
-    pub fn set_indexes(&self, indexes: impl IntoIterator<Item = (String, Option<f64>)>) {
+    /// The table's global secondary indexes: name, write capacity and key
+    /// attribute names (DescribeTable's; see [`IndexBound`]).
+    pub fn set_indexes(
+        &self,
+        indexes: impl IntoIterator<Item = (String, Option<f64>, Vec<String>)>,
+    ) {
         let before = self.capacity();
         self.indexes.lock().set(indexes);
         if self.capacity() != before {
@@ -251,6 +254,12 @@ impl Control {
         if moved {
             self.hint();
         }
+    }
+
+    /// Whether an item with these attributes (`has`) is written to an index
+    /// with a capacity of its own (see [`IndexBound::reaches_limited`]).
+    pub fn reaches_limited_index(&self, has: impl Fn(&str) -> bool) -> bool {
+        self.indexes.lock().reaches_limited(has)
     }
 
     /// The capacity this table's writes are paced to: the table's own, or
@@ -549,7 +558,7 @@ mod tests {
     fn an_index_with_less_room_than_the_table_is_the_capacity_paced_to() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(200.0));
-        c.set_indexes([("by_g".to_string(), Some(50.0))]);
+        c.set_indexes([("by_g".to_string(), Some(50.0), vec!["g".to_string()])]);
         // Before any write, the index is taken to cost what the table does.
         c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
         let r = c.report();
@@ -573,7 +582,7 @@ mod tests {
                 wcu: None,
             });
         c.set_capacity(Some(200.0));
-        c.set_indexes([("by_g".to_string(), Some(50.0))]);
+        c.set_indexes([("by_g".to_string(), Some(50.0), vec!["g".to_string()])]);
         assert_eq!(c.report().budget, Some(25.0));
     }
 

@@ -70,7 +70,8 @@ pub struct Feedback {
     /// index writes): what request sizes are measured in.
     pub sent_units: f64,
     /// Of those, the units of the items written (same measure; whereas
-    /// `accepted_units` is ConsumedCapacity, which counts index writes).
+    /// `accepted_units` is ConsumedCapacity, which counts a local secondary
+    /// index's writes too, as they draw on the table's capacity).
     pub written_units: f64,
     /// Fraction (0..=1) of the server's capacity left, when known.
     pub remaining: Option<f64>,

@@ -91,6 +91,19 @@ pub async fn create_table_with(client: &Client, name: &str, sort_key: bool, wcu:
 /// record of [`mixed_sizes`] carries it; all attributes projected) with
 /// `wcu` provisioned write capacity, and waits until it is active.
 pub async fn add_index_on_n(client: &Client, table: &str, index: &str, wcu: i64) {
+    add_index_on(client, table, index, ("n", ScalarAttributeType::N), wcu).await
+}
+
+/// Adds a global secondary index `index` keyed by the attribute `key` (name
+/// and type; all attributes projected) with `wcu` provisioned write
+/// capacity, and waits until it is active.
+pub async fn add_index_on(
+    client: &Client,
+    table: &str,
+    index: &str,
+    key: (&str, ScalarAttributeType),
+    wcu: i64,
+) {
     use aws_sdk_dynamodb::types::{
         CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate, Projection, ProjectionType,
         ProvisionedThroughput,
@@ -99,7 +112,7 @@ pub async fn add_index_on_n(client: &Client, table: &str, index: &str, wcu: i64)
         .index_name(index)
         .key_schema(
             KeySchemaElement::builder()
-                .attribute_name("n")
+                .attribute_name(key.0)
                 .key_type(KeyType::Hash)
                 .build()
                 .unwrap(),
@@ -123,8 +136,8 @@ pub async fn add_index_on_n(client: &Client, table: &str, index: &str, wcu: i64)
         .table_name(table)
         .attribute_definitions(
             AttributeDefinition::builder()
-                .attribute_name("n")
-                .attribute_type(ScalarAttributeType::N)
+                .attribute_name(key.0)
+                .attribute_type(key.1)
                 .build()
                 .unwrap(),
         )

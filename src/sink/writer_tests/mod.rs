@@ -376,8 +376,9 @@ async fn a_first_request_that_meets_a_transient_error_hands_the_probe_on() {
 
 #[tokio::test(start_paused = true)]
 async fn a_table_with_indexes_sizes_requests_by_the_items_own_cost() {
-    // ConsumedCapacity counts index writes (4 WCU per 1 WCU item here): the
-    // first answer writes 3 of 10 items and reports 12 WCU consumed.
+    // ConsumedCapacity counts local index writes against the table (4 WCU
+    // per 1 WCU item here): the first answer writes 3 of 10 items and
+    // reports 12 WCU consumed.
     let script: Script = Box::new(|n, items| {
         if n == 0 {
             let mut out = admitting_first(3, items);
@@ -607,6 +608,38 @@ async fn hot_items_leave_first_and_one_by_one_as_the_range_lets_them() {
     let next = s.batch(&values(&["c4", "c5", "h1", "c6"]));
     s.write(next).await.unwrap();
     assert_eq!(s.sink.calls().last().unwrap().ids, ["h1", "c4", "c5", "c6"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_an_index_refused_are_the_tables_signal_not_a_hot_range() {
+    // The first answer leaves the items that carry the index's key `g`
+    // unprocessed and writes those after them that do not: the pattern a
+    // key range leaves, but an index with a capacity of its own reaches
+    // exactly those items. No key is paced apart (the table's strategy
+    // hears it).
+    let written = |with_index: bool| async move {
+        let mut s = hot_setup(|_, _| BatchOutcome::default());
+        if with_index {
+            s.ctl
+                .set_indexes([("by_g".to_string(), Some(150.0), vec!["g".to_string()])]);
+        }
+        let values: Vec<String> = ["h0", "h1", "c0", "c1"]
+            .iter()
+            .map(|id| match id.starts_with('h') {
+                true => format!(r#"{{"id":"{id}","g":"x"}}"#),
+                false => format!(r#"{{"id":"{id}"}}"#),
+            })
+            .collect();
+        let batch = s.batch(&values);
+        s.write(batch).await.unwrap();
+        s.ctl.report()
+    };
+    let after = written(true).await;
+    assert_eq!(after.hot_keys, 0, "no key paced apart: {after:?}");
+    assert!(after.hot_rate.is_none());
+    // Without the index, the same answer is a key range's.
+    let after = written(false).await;
+    assert!(after.hot_keys > 0, "{after:?}");
 }
 
 #[tokio::test(start_paused = true)]
