@@ -263,10 +263,15 @@ impl Dynamo {
                     .collect()
             })
             .unwrap_or_default();
-        let (consumed_wcu, index_wcu) = consumed(out.consumed_capacity());
+        let Consumed {
+            against_table: consumed_wcu,
+            table: table_wcu,
+            per_index: index_wcu,
+        } = consumed(out.consumed_capacity());
         Ok(BatchOutcome {
             unprocessed,
             consumed_wcu,
+            table_wcu,
             index_wcu,
         })
     }
@@ -338,12 +343,21 @@ fn classify_service(status: u16, code: &str, text: String) -> WriteError {
     }
 }
 
-/// What an answer's ConsumedCapacity (asked for with `INDEXES`) says:
-/// the units that count against the table's own capacity (the total less
-/// its global secondary indexes', each of which has a capacity of its own;
-/// a local secondary index's writes draw on the table's), and each global
-/// index's units by name. None where nothing was reported.
-fn consumed(list: &[ConsumedCapacity]) -> (Option<f64>, Vec<(String, f64)>) {
+/// What an answer's ConsumedCapacity (asked for with `INDEXES`) says.
+#[derive(Debug, PartialEq)]
+struct Consumed {
+    /// The units that count against the table's own capacity: the total
+    /// less its global secondary indexes' (each of which has a capacity of
+    /// its own; a local secondary index's writes draw on the table's). None
+    /// where nothing was reported.
+    against_table: Option<f64>,
+    /// The table's items' own units (the `Table` part), where reported.
+    table: Option<f64>,
+    /// Each global index's units, by name.
+    per_index: Vec<(String, f64)>,
+}
+
+fn consumed(list: &[ConsumedCapacity]) -> Consumed {
     let sum = |m: Option<&HashMap<String, Capacity>>| -> f64 {
         m.into_iter()
             .flat_map(|m| m.values())
@@ -369,7 +383,15 @@ fn consumed(list: &[ConsumedCapacity]) -> (Option<f64>, Vec<(String, f64)>) {
         .flatten()
         .filter_map(|(name, c)| Some((name.clone(), c.capacity_units()?)))
         .collect();
-    (table, per_index)
+    let own = list
+        .iter()
+        .filter_map(|c| c.table()?.capacity_units())
+        .reduce(|a, b| a + b);
+    Consumed {
+        against_table: table,
+        table: own,
+        per_index,
+    }
 }
 
 #[cfg(test)]
@@ -384,18 +406,25 @@ mod tests {
     fn consumed_capacity_counts_the_tables_units_apart_from_its_global_indexes() {
         // TOTAL (or the stand-in): no breakdown, the total is the table's.
         let total = ConsumedCapacity::builder().capacity_units(8.0).build();
-        assert_eq!(consumed(&[total]), (Some(8.0), vec![]));
-        // INDEXES: 5 for the table, 1 for a local index (the table's
-        // capacity), 3 for a global one (its own).
+        let c = consumed(&[total]);
+        assert_eq!((c.against_table, c.table), (Some(8.0), None));
+        assert!(c.per_index.is_empty());
+        // INDEXES: 5 for the table's items, 1 for a local index (the
+        // table's capacity), 3 for a global one (its own).
         let full = ConsumedCapacity::builder()
             .capacity_units(9.0)
             .table(cap(5.0))
             .local_secondary_indexes("by_date", cap(1.0))
             .global_secondary_indexes("by_g", cap(3.0))
             .build();
+        let c = consumed(std::slice::from_ref(&full));
         assert_eq!(
-            consumed(std::slice::from_ref(&full)),
-            (Some(6.0), vec![("by_g".to_string(), 3.0)])
+            c,
+            Consumed {
+                against_table: Some(6.0),
+                table: Some(5.0),
+                per_index: vec![("by_g".to_string(), 3.0)],
+            }
         );
         // Without the total, from the parts.
         let parts = ConsumedCapacity::builder()
@@ -403,8 +432,8 @@ mod tests {
             .local_secondary_indexes("by_date", cap(1.0))
             .global_secondary_indexes("by_g", cap(3.0))
             .build();
-        assert_eq!(consumed(&[parts]).0, Some(6.0));
-        assert_eq!(consumed(&[]), (None, vec![]));
+        assert_eq!(consumed(&[parts]).against_table, Some(6.0));
+        assert_eq!(consumed(&[]).against_table, None);
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn unprocessed(items: &[Item], which: impl Fn(&str) -> bool) -> BatchOutcome
     BatchOutcome {
         unprocessed: items.iter().filter(|i| which(&id_of(i))).cloned().collect(),
         consumed_wcu: None,
+        table_wcu: None,
         index_wcu: Vec::new(),
     }
 }

@@ -107,6 +107,10 @@ pub struct BatchOutcome {
     /// indexes' (each has a capacity of its own; a local secondary index's
     /// writes draw on the table's).
     pub consumed_wcu: Option<f64>,
+    /// Of that, the table's items' own units (ConsumedCapacity's `Table`
+    /// part, without any index's), when DynamoDB reports the breakdown:
+    /// what a global index's units are measured against.
+    pub table_wcu: Option<f64>,
     /// Write capacity each global secondary index consumed (by name), when
     /// DynamoDB reports the breakdown.
     pub index_wcu: Vec<(String, f64)>,

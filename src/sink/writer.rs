@@ -204,9 +204,10 @@ impl Writer {
             ctl.observe_latency(sent.elapsed());
             let heard = match answer {
                 Ok(outcome) => {
-                    if let Some(units) = outcome.consumed_wcu {
-                        // What the table and each of its indexes consumed:
-                        // an index with less room than the table bounds it.
+                    if let Some(units) = outcome.table_wcu.or(outcome.consumed_wcu) {
+                        // What the table's items and each global index
+                        // consumed: an index with less room than the table
+                        // bounds it.
                         ctl.note_consumed(units, &outcome.index_wcu);
                     }
                     let (todo, heard) = self.answered(table, send, &attempt, &outcome, schema, ctl);
@@ -346,15 +347,16 @@ impl Writer {
                         hot: *h,
                     })
                     .collect();
-                // An item written to an index with a capacity of its own may
-                // have been refused for the index's sake (items after it
-                // that do not reach the index went through): that is the
-                // table's signal, not a key range's of the table's keys.
+                // An item written to an index near its bound may have been
+                // refused for the index's sake (items after it that do not
+                // reach the index went through): that is the table's
+                // signal, not a key range's of the table's keys.
+                // (Not a key already hot: its range is known to refuse.)
                 key_range_refused(&items)
                     .into_iter()
-                    .zip(send)
-                    .map(|(by, slot)| {
-                        by && !ctl.reaches_limited_index(|k| slot.item().contains_key(k))
+                    .zip(send.iter().zip(hot))
+                    .map(|(by, (slot, h))| {
+                        by && (*h || !ctl.reaches_binding_index(|k| slot.item().contains_key(k)))
                     })
                     .collect()
             }

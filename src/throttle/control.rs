@@ -247,7 +247,8 @@ impl Control {
     }
 
     /// What one answer's ConsumedCapacity says: `table` units the table
-    /// itself consumed and each index's. The strategy is told when the
+    /// itself consumed (its items' own, without any index's) and each
+    /// global index's. The strategy is told when the
     /// indexes' bound moved.
     pub fn note_consumed(&self, table: f64, per_index: &[(String, f64)]) {
         let moved = self.indexes.lock().observe(table, per_index);
@@ -257,9 +258,11 @@ impl Control {
     }
 
     /// Whether an item with these attributes (`has`) is written to an index
-    /// with a capacity of its own (see [`IndexBound::reaches_limited`]).
-    pub fn reaches_limited_index(&self, has: impl Fn(&str) -> bool) -> bool {
-        self.indexes.lock().reaches_limited(has)
+    /// whose bound is near what the writes are paced to (see
+    /// [`IndexBound::reaches_binding`]).
+    pub fn reaches_binding_index(&self, has: impl Fn(&str) -> bool) -> bool {
+        let own = *self.capacity.lock();
+        self.indexes.lock().reaches_binding(own, has)
     }
 
     /// The capacity this table's writes are paced to: the table's own, or
