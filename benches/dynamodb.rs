@@ -34,7 +34,8 @@
 //! range's table capacity and bucket depth; BENCH_SCALE multiplies the
 //! hot-range, live-writer and two-jobs runs' records; BENCH_LIVE_WCU sets the
 //! live writer's steady WCU/s (default 60); BENCH_LOG_DIR keeps each
-//! worker's log lines there.
+//! worker's log lines there; BENCH_INDEX_BURST_S sets the index rows'
+//! bucket depth (default 1 s).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -50,7 +51,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use support::{
-    col, configure, default_variant, trace_rows, Job, StopOnDrop, Variant, WorkerRows, VARIANTS,
+    col, configure, default_variant, trace_rows, Job, JobResult, StopOnDrop, Variant, WorkerRows,
+    VARIANTS,
 };
 
 /// The anchors the issue names for these shapes (bench-throttle also runs
@@ -219,8 +221,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
     let steady = steady_throttles(&st);
-    let duration =
-        st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
+    let duration = write_span(&st);
     // What the busiest partition admitted over the run, against its maximum.
     let busiest = (0..load.len())
         .max_by(|&a, &b| load[a].total_cmp(&load[b]))
@@ -270,6 +271,13 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
 /// rows.
 const INDEX_WCU: f64 = 100.0;
 
+/// The `index` rows' bucket depth, the table's and the index's: the
+/// proxy's 1 s, or `BENCH_INDEX_BURST_S` (a shape the rows were not tuned
+/// on).
+fn index_burst_s() -> f64 {
+    env_or("BENCH_INDEX_BURST_S", 1.0)
+}
+
 /// An `index` row still running this long after its start is stopped.
 const INDEX_LIMIT: Duration = Duration::from_secs(120);
 
@@ -282,21 +290,17 @@ const INDEX_LIMIT: Duration = Duration::from_secs(120);
 async fn index(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     let s = Setup::build(6, "", Some(200)).await;
     add_index_on_n(&dynamo().await, &s.table, "by_n", INDEX_WCU as i64).await;
-    let proxy = ThrottleProxy::start(&["--burst-credit-s", "0"]);
+    let depth = index_burst_s().to_string();
+    let proxy = ThrottleProxy::start(&["--burst-s", &depth, "--burst-credit-s", "0"]);
     s.use_endpoint(&proxy.endpoint());
     configure(&s, v, "");
     let (batch, total_wcu) = mixed(n, &format!("i{run}"));
     produce(&s.topic, batch).await;
     // Collapsing anchors are stopped (the default takes about 45 s).
-    let (job, stopped) = Job::start(&s, workers).finish_within(v.label, INDEX_LIMIT);
-    let written = count(&dynamo().await, &s.table).await;
-    if !stopped {
-        assert_eq!(written, n, "{}", v.label);
-    }
+    let (job, stopped, written) = within(&s, v, workers, n, INDEX_LIMIT).await;
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
-    let duration =
-        st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
+    let duration = write_span(&st);
     let accepted = st["accepted_wcu"].as_f64().unwrap_or(0.0);
     let steady = steady_throttles(&st);
     let capacity = job
@@ -613,15 +617,10 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
     let (batch, total_wcu) = mixed(n, &format!("b{run}"));
     produce(&s.topic, batch).await;
     // Collapsing anchors are stopped (the default takes 30-70 s).
-    let (job, stopped) = Job::start(&s, workers).finish_within(v.label, SHALLOW_LIMIT);
-    let written = count(&dynamo().await, &s.table).await;
-    if !stopped {
-        assert_eq!(written, n, "{}", v.label);
-    }
+    let (job, stopped, written) = within(&s, v, workers, n, SHALLOW_LIMIT).await;
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
-    let duration =
-        st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0);
+    let duration = write_span(&st);
     let t = timeline(&st);
     let accepted: f64 = t.iter().map(|x| x[1]).sum();
     // Steady state: the first 2 s (workers joining) and the last 3 s (the
@@ -659,6 +658,30 @@ async fn shallow(v: &Variant, workers: usize, depth_s: f64, n: usize, run: usize
         "timeline": st["timeline"],
         "worker_trace": job.trace,
     })
+}
+
+/// Runs `workers` workers of `s` until done or `limit` (then they are
+/// stopped); returns what they reported, whether they were stopped, and
+/// the records in the table (all `n` unless stopped).
+async fn within(
+    s: &Setup,
+    v: &Variant,
+    workers: usize,
+    n: usize,
+    limit: Duration,
+) -> (JobResult, bool, usize) {
+    let (job, stopped) = Job::start(s, workers).finish_within(v.label, limit);
+    let written = count(&dynamo().await, &s.table).await;
+    if !stopped {
+        assert_eq!(written, n, "{}", v.label);
+    }
+    (job, stopped, written)
+}
+
+/// Seconds from a table's first write to its last accepted one, from the
+/// proxy's stats.
+fn write_span(st: &Value) -> f64 {
+    st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0)
 }
 
 /// The proxy's timeline starts at the first write, the workers' trace at
@@ -1001,12 +1024,13 @@ fn markdown(rows: &[Value]) -> String {
         }
     }
     md += &format!(
-        "\n## An index with less room than its table: 200 WCU/s, a global secondary index of {INDEX_WCU:.0} WCU/s that every item reaches\n\n\
+        "\n## An index with less room than its table: 200 WCU/s, a global secondary index of {INDEX_WCU:.0} WCU/s that every item reaches, buckets of {} s\n\n\
          Utilization: the proxy's accepted WCU over the index's {INDEX_WCU:.0} WCU/s x the time from the \
          first write to the last (each write costs the index what it costs the table). 'Paced to': the \
          capacity the first worker's summary says it paced to. Workers still running 120 s after the \
          start are stopped (SIGTERM).\n\n\
-         | strategy | workers | utilization of the index | throttled requests | after the first 15 s | items refused by the index | paced to |\n|---|---|---|---|---|---|---|\n"
+         | strategy | workers | utilization of the index | throttled requests | after the first 15 s | items refused by the index | paced to |\n|---|---|---|---|---|---|---|\n",
+        index_burst_s()
     );
     for r in of(rows, "index") {
         if failed(r, &mut md) {

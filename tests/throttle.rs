@@ -233,11 +233,7 @@ async fn a_hot_partition_throttles_by_key_range_and_the_worker_reads_the_reason(
     let s = Setup::build(1, "", Some(1_000)).await;
     let proxy = ThrottleProxy::start(&["--partitions", "1", "--partition-wcu", "20"]);
     let total_wcu = mixed_through(&proxy, &s, 200).await;
-    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
-    let summary = summary.expect("summary");
-    assert_eq!(code, Some(0), "{summary}");
-    assert_eq!(count(&dynamo().await, &s.table).await, 200);
-    assert_eq!(s.committed(), s.end_offsets());
+    let (summary, _) = one_worker_writes_all(&s, 200).await;
     let stats = proxy.stats(&s.table);
     let refused = u(&stats, "key_range_refused_items");
     // The proxy counts 400 answers as throttled_requests, partial ones apart.
@@ -464,13 +460,7 @@ async fn an_on_demand_tables_warm_throughput_is_read_and_paced_from() {
     let s = Setup::build(4, "", None).await;
     let proxy = ThrottleProxy::start(&["--on-demand-start", "300"]);
     let total_wcu = mixed_through(&proxy, &s, 2_000).await;
-    let started = Instant::now();
-    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
-    let elapsed = started.elapsed().as_secs_f64();
-    let summary = summary.expect("summary");
-    assert_eq!(code, Some(0), "{summary}");
-    assert_eq!(count(&dynamo().await, &s.table).await, 2_000);
-    assert_eq!(s.committed(), s.end_offsets());
+    let (summary, elapsed) = one_worker_writes_all(&s, 2_000).await;
     let (requests, throttled) = (u(&summary, "requests"), u(&summary, "throttled_requests"));
     let table = &summary["tables"][0];
     eprintln!(
@@ -560,13 +550,7 @@ async fn an_index_with_less_capacity_than_the_table_is_paced_to() {
     add_index_on_n(&dynamo().await, &s.table, "by_n", 40).await;
     let proxy = ThrottleProxy::start(&[]);
     let total_wcu = mixed_through(&proxy, &s, 600).await;
-    let started = Instant::now();
-    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
-    let elapsed = started.elapsed().as_secs_f64();
-    let summary = summary.expect("summary");
-    assert_eq!(code, Some(0), "{summary}");
-    assert_eq!(count(&dynamo().await, &s.table).await, 600);
-    assert_eq!(s.committed(), s.end_offsets());
+    let (summary, elapsed) = one_worker_writes_all(&s, 600).await;
     let requests = u(&summary, "requests");
     let throttled = u(&summary, "throttled_requests");
     let st = proxy.stats(&s.table);
@@ -618,13 +602,7 @@ async fn a_sparse_index_bounds_the_table_by_what_it_is_measured_to_cost() {
         })
         .collect();
     produce(&s.topic, records).await;
-    let started = Instant::now();
-    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
-    let elapsed = started.elapsed().as_secs_f64();
-    let summary = summary.expect("summary");
-    assert_eq!(code, Some(0), "{summary}");
-    assert_eq!(count(&dynamo().await, &s.table).await, 1_000);
-    assert_eq!(s.committed(), s.end_offsets());
+    let (summary, elapsed) = one_worker_writes_all(&s, 1_000).await;
     let requests = u(&summary, "requests");
     let throttled = u(&summary, "throttled_requests");
     let st = proxy.stats(&s.table);
@@ -642,6 +620,20 @@ async fn a_sparse_index_bounds_the_table_by_what_it_is_measured_to_cost() {
     );
     assert_eq!(table["index_bound"], "by_g", "{table}");
     assert_eq!(table["hot_keys"], 0, "no key range read: {table}");
+}
+
+/// One worker on `s` until caught up: it exits 0 with a summary, all `n`
+/// records are in the table and every offset is committed. Returns the
+/// summary and the seconds the worker ran.
+async fn one_worker_writes_all(s: &Setup, n: usize) -> (Value, f64) {
+    let started = Instant::now();
+    let (code, summary) = s.spawn(true).wait(Duration::from_secs(300));
+    let elapsed = started.elapsed().as_secs_f64();
+    let summary = summary.expect("summary");
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(count(&dynamo().await, &s.table).await, n);
+    assert_eq!(s.committed(), s.end_offsets());
+    (summary, elapsed)
 }
 
 /// Points the setup's worker at `proxy` and produces `n` mixed-size records

@@ -294,26 +294,18 @@ impl Proxy {
         let bucket = wcu.map(|w| Bucket::new(w, self.cfg.burst_s, self.cfg.credit_s, now));
         // Global secondary indexes with a provisioned capacity: a bucket
         // each, of the table's shape.
-        let indexes = info
-            .as_ref()
-            .map(|i| {
-                i.indexes
-                    .iter()
-                    .filter_map(|ix| {
-                        Some(IndexState {
-                            name: ix.name.clone(),
-                            keys: ix.keys.clone(),
-                            bucket: Bucket::new(
-                                ix.capacity?,
-                                self.cfg.burst_s,
-                                self.cfg.credit_s,
-                                now,
-                            ),
-                        })
-                    })
-                    .collect()
+        let described = info.as_ref().map_or(&[][..], |i| &i.indexes[..]);
+        let indexes = described
+            .iter()
+            .filter_map(|ix| {
+                let bucket = Bucket::new(ix.capacity?, self.cfg.burst_s, self.cfg.credit_s, now);
+                Some(IndexState {
+                    name: ix.name.clone(),
+                    keys: ix.keys.clone(),
+                    bucket,
+                })
             })
-            .unwrap_or_default();
+            .collect();
         let hash_key = info.ok().map(|i| i.key.hash.name);
         let state =
             TableState::new(bucket, on_demand, partitions, hash_key, now).with_indexes(indexes);

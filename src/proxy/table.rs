@@ -130,14 +130,8 @@ impl TableState {
         if let Some(od) = self.on_demand.as_mut() {
             match od.try_take(cost, now) {
                 Ok(()) => {}
-                Err(Refusal::Max) => {
-                    self.refund_bucket(cost);
-                    return Admit::Max;
-                }
-                Err(Refusal::Peak) => {
-                    self.refund_bucket(cost);
-                    return Admit::KeyRange;
-                }
+                Err(Refusal::Max) => return Admit::Max,
+                Err(Refusal::Peak) => return Admit::KeyRange,
             }
         }
         // Every index the item reaches takes its cost too (DynamoDB writes
@@ -180,13 +174,6 @@ impl TableState {
     fn refund_indexes(&mut self, req: &Value, cost: f64) {
         for ix in self.indexes.iter_mut().filter(|ix| ix.reached_by(req)) {
             ix.bucket.refund(cost);
-        }
-    }
-
-    /// Gives `cost` back to the table's bucket alone.
-    fn refund_bucket(&mut self, cost: f64) {
-        if let Some(b) = self.bucket.as_mut() {
-            b.refund(cost);
         }
     }
 

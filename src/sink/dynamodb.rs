@@ -166,26 +166,25 @@ impl Dynamo {
         };
         let hash = attr(DdbKeyType::Hash)
             .ok_or_else(|| WriteError::Fatal(format!("table {table} has no partition key")))?;
-        let capacity = desc
-            .provisioned_throughput()
-            .and_then(|p| p.write_capacity_units())
-            .filter(|w| *w > 0)
-            .map(|w| w as f64);
+        // DescribeTable's unit figures: -1, 0 or absent is none.
+        let positive = |w: Option<i64>| w.filter(|w| *w > 0).map(|w| w as f64);
+        let capacity = positive(
+            desc.provisioned_throughput()
+                .and_then(|p| p.write_capacity_units()),
+        );
         let schema = KeySchema {
             hash,
             range: attr(DdbKeyType::Range),
         };
-        // An on-demand maximum (-1 or absent: none).
-        let max_write = desc
-            .on_demand_throughput()
-            .and_then(|o| o.max_write_request_units())
-            .filter(|m| *m > 0)
-            .map(|m| m as f64);
-        let warm = desc
-            .warm_throughput()
-            .and_then(|w| w.write_units_per_second())
-            .filter(|w| *w > 0)
-            .map(|w| w as f64);
+        // An on-demand maximum.
+        let max_write = positive(
+            desc.on_demand_throughput()
+                .and_then(|o| o.max_write_request_units()),
+        );
+        let warm = positive(
+            desc.warm_throughput()
+                .and_then(|w| w.write_units_per_second()),
+        );
         // Its global secondary indexes: each index's own write capacity
         // (provisioned, or an on-demand maximum).
         let indexes = desc
@@ -198,16 +197,16 @@ impl Dynamo {
                     .iter()
                     .map(|k| k.attribute_name().to_string())
                     .collect();
-                let capacity = g
-                    .provisioned_throughput()
-                    .and_then(|p| p.write_capacity_units())
-                    .filter(|w| *w > 0)
-                    .or_else(|| {
+                let capacity = positive(
+                    g.provisioned_throughput()
+                        .and_then(|p| p.write_capacity_units()),
+                )
+                .or_else(|| {
+                    positive(
                         g.on_demand_throughput()
-                            .and_then(|o| o.max_write_request_units())
-                            .filter(|m| *m > 0)
-                    })
-                    .map(|w| w as f64);
+                            .and_then(|o| o.max_write_request_units()),
+                    )
+                });
                 Some(IndexInfo {
                     name,
                     keys,

@@ -611,6 +611,38 @@ async fn hot_items_leave_first_and_one_by_one_as_the_range_lets_them() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_global_index_is_measured_against_the_items_own_units() {
+    // Every item reaches the global index `by_g` (50 WCU/s under a 200
+    // table) at its own cost, and a local index doubles what counts against
+    // the table: ConsumedCapacity says 2 units an item against the table, 1
+    // of them the item's own, and 1 for `by_g`. Index units per item unit:
+    // 1, so the bound stays 50. Measured against the units against the
+    // table (2), it would read 0.5 and double the bound to 100.
+    let script: Script = Box::new(|_, items| {
+        let units = items.len() as f64;
+        Ok(BatchOutcome {
+            consumed_wcu: Some(2.0 * units),
+            table_wcu: Some(units),
+            index_wcu: vec![("by_g".to_string(), units)],
+            ..BatchOutcome::default()
+        })
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl.set_capacity(Some(200.0));
+    s.ctl
+        .set_indexes([("by_g".to_string(), Some(50.0), vec!["g".to_string()])]);
+    for _ in 0..8 {
+        let slots = s.keys(25);
+        s.write(slots).await.unwrap();
+    }
+    let r = s.ctl.report();
+    assert_eq!(
+        (r.capacity, r.index_bound.as_deref()),
+        (Some(50.0), Some("by_g"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn items_an_index_refused_are_the_tables_signal_not_a_hot_range() {
     // The first answer leaves the items that carry the index's key `g`
     // unprocessed and writes those after them that do not: the pattern a
