@@ -94,6 +94,20 @@
 //!   good, an allowance learned at the start held one worker to 5-unit
 //!   requests for ten minutes.)
 //!
+//! - while the client keeps to time slots, a partial answer within the
+//!   proven size does not extend a hold still running, so the limit
+//!   regrows every `hold` at the least. A worker slots on what one answer
+//!   showed, and at a job's start the workers' first batches meet: one that
+//!   came second read the scraps its peers left as all the table admits at
+//!   once and slotted on a bucket of 0.15 s its peers did not slot on.
+//!   Alone in its parts it drained the bucket in bursts for the others, and
+//!   each of its requests the others refused restarted the hold, so its
+//!   requests never regrew past the scraps to show the table's real depth.
+//!   With regrowth every `hold` it finds the depth and leaves the slots.
+//!   (`ingest sim`, `shallow-bucket.toml` with 3 clients and buckets of
+//!   0.075-0.2 s, seeds 1-8; figures in the README's "Mixed slots and
+//!   false settles".)
+//!
 //! So a server that admits less than a batch at a time sees one partial
 //! answer per `hold` (plus the few of the regrowth), not one per request.
 
@@ -153,6 +167,8 @@ pub struct RequestSize {
     part_grows_at: Duration,
     /// An answer has come back partial (the part applies from then on).
     partial_seen: bool,
+    /// The client keeps to time slots (`set_slotted`).
+    slotted: bool,
 }
 
 impl RequestSize {
@@ -171,7 +187,15 @@ impl RequestSize {
             part_grown: 1.0,
             part_grows_at: Duration::ZERO,
             partial_seen: false,
+            slotted: false,
         }
+    }
+
+    /// Whether the client keeps to time slots now: a partial answer within
+    /// the proven size then does not extend a hold still running (see
+    /// `shrink_within`).
+    pub fn set_slotted(&mut self, slotted: bool) {
+        self.slotted = slotted;
     }
 
     /// This client's part of what the server admits at once, where that is
@@ -260,14 +284,17 @@ impl RequestSize {
     /// of the proven size or of `whole` (the largest request admitted whole
     /// lately), whichever is larger (smaller ones cost more calls than they save; a
     /// size signal while slow may have left the proven size at half of
-    /// that).
+    /// that). The limit regrows `hold` after this (unless slotted, see the
+    /// module doc).
     fn shrink_within(&mut self, now: Duration, admitted: f64, sent: f64, whole: f64) {
         let l = self.limit.unwrap_or(sent);
         let floor = self
             .proven
             .map_or(0.0, |p| self.part_of(p.max(whole)) / 2.0);
         self.limit = Some(admitted.max(l / 2.0).max(floor).max(1.0).min(l));
-        self.hold_until = now + self.hold;
+        if !self.slotted || now >= self.hold_until {
+            self.hold_until = now + self.hold;
+        }
     }
 
     /// One answer: `sent` units asked for, `accepted` written; `slow`: the
@@ -430,6 +457,35 @@ mod tests {
         assert_eq!(s.limit(), Some(3.0));
         assert!(s.observe(ms(80), 4.0, 2.0, true, false), "above it: size");
         assert_eq!(s.limit(), Some(2.0));
+    }
+
+    /// A size signal (5 of 50 units: scraps its peers left) at 0, then a
+    /// partial answer within the proven size every 10 s from 5 s (requests
+    /// its peers refused): the limit at 45 s, slotted or not.
+    fn met_every_ten_seconds(slotted: bool) -> Option<f64> {
+        let mut s = sized();
+        s.set_slotted(slotted);
+        assert!(s.observe(ms(0), 50.0, 5.0, true, false));
+        for t in (100..=45_000).step_by(100) {
+            // A batch is 50 units at the most.
+            let l = s.limit().unwrap_or(50.0).min(50.0);
+            if t % 10_000 == 5_000 {
+                s.observe(ms(t), l, l / 2.0, true, false);
+            } else {
+                s.observe(ms(t), l, l, false, false);
+            }
+        }
+        s.limit()
+    }
+
+    #[test]
+    fn slotted_requests_regrow_every_hold_though_peers_refuse_some() {
+        // Not slotted, each refusal within the proven size holds the limit
+        // 30 s more: it never regrows past the scraps.
+        assert!(met_every_ten_seconds(false).is_some_and(|l| l <= 5.0));
+        // Slotted, a refusal does not extend the hold running: from 30 s
+        // the limit regrows (5 -> 6.25 -> ...), and shows the table's depth.
+        assert!(met_every_ten_seconds(true).is_some_and(|l| l > 5.0));
     }
 
     #[test]

@@ -356,6 +356,44 @@ fn repeated_throttles_below_the_share_settle_the_rate_under_it() {
     assert!((r[0] - fair).abs() < 0.01, "{r:?}");
 }
 
+/// A client with a third of a 200 WCU/s table that the table gives its
+/// share (answers every 100 ms), throttled at `events` (ms) and every
+/// second within `busy` (ms): whether its rate settled, and the rate at
+/// 75 s.
+fn given_its_share(events: &[u64], busy: std::ops::Range<u64>) -> (bool, f64) {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let fair = 200.0 / 3.0 * 0.98;
+    let mut settled = false;
+    for t in (0..=75_000).step_by(100) {
+        let thr = events.contains(&t) || (busy.contains(&t) && t % 1_000 == 500);
+        let mut fb = at(t, thr, fair / 10.0, Some(200.0));
+        fb.share = Some(1.0 / 3.0);
+        a.after_attempt(&fb);
+        settled |= a.settled(fb.now);
+    }
+    (settled, a.rate().unwrap())
+}
+
+#[test]
+fn rare_throttles_of_a_worker_given_its_share_do_not_settle_it() {
+    let fair = 200.0 / 3.0 * 0.98;
+    // Two throttles 10 s apart, two answers of a hundred, while the table
+    // gave it its share: peers' requests meeting. Back at the share.
+    let (settled, end) = given_its_share(&[40_000, 50_000], 0..0);
+    assert!(!settled);
+    assert!((end - fair).abs() < 0.01, "{end}");
+    // The same two amid throttles on a tenth of its answers: the table has
+    // less free than the share (another writer), whatever it gave lately.
+    let (settled, end) = given_its_share(&[40_000, 50_000], 35_000..50_000);
+    assert!(settled);
+    assert!(end < 0.9 * fair, "{end}");
+    // Two within its first 30 s: what it was given since it started may be
+    // a start alone (all of the table until its peers joined), so they
+    // settle it as before.
+    let (settled, _) = given_its_share(&[10_000, 20_000], 0..0);
+    assert!(settled);
+}
+
 #[test]
 fn while_the_hot_range_holds_records_a_throttle_cuts_from_the_rate_and_does_not_settle() {
     // A third of a 200 WCU/s table; the job writes 20 units/s, the hot
