@@ -51,8 +51,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use support::{
-    col, configure, default_variant, trace_rows, Job, JobResult, StopOnDrop, Variant, WorkerRows,
-    VARIANTS,
+    col, configure, default_variant, trace_rows, write_span, Job, JobResult, StopOnDrop, Variant,
+    WorkerRows, VARIANTS,
 };
 
 /// The anchors the issue names for these shapes (bench-throttle also runs
@@ -676,12 +676,6 @@ async fn within(
         assert_eq!(written, n, "{}", v.label);
     }
     (job, stopped, written)
-}
-
-/// Seconds from a table's first write to its last accepted one, from the
-/// proxy's stats.
-fn write_span(st: &Value) -> f64 {
-    st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0)
 }
 
 /// The proxy's timeline starts at the first write, the workers' trace at

@@ -19,7 +19,7 @@ mod support;
 
 use common::*;
 use serde_json::{json, Value};
-use support::{configure, default_variant, Job, Variant, VARIANTS};
+use support::{configure, default_variant, write_span, Job, Variant, VARIANTS};
 
 const CAPACITY: f64 = 200.0;
 
@@ -56,7 +56,7 @@ async fn run(
     let requests = f("requests");
     let throttled = f("throttled_requests") + f("partial_requests");
     let ideal_requests = (records as f64 / 25.0).ceil();
-    let duration = f("last_accept_s") - f("first_write_s");
+    let duration = write_span(&st);
     s.delete_table().await;
     let mut row = json!({
         "strategy": variant.label,

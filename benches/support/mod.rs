@@ -72,6 +72,12 @@ pub fn configure(s: &Setup, v: &Variant, extra: &str) {
     std::fs::write(&s.config, text).unwrap();
 }
 
+/// Seconds from a table's first write to its last accepted one, from the
+/// proxy's stats.
+pub fn write_span(st: &Value) -> f64 {
+    st["last_accept_s"].as_f64().unwrap_or(0.0) - st["first_write_s"].as_f64().unwrap_or(0.0)
+}
+
 /// Sets a flag when dropped: a thread told to stop by it ends even when its
 /// owner panics.
 pub struct StopOnDrop(pub Arc<AtomicBool>);

@@ -116,17 +116,9 @@ pub struct BatchOutcome {
     pub index_wcu: Vec<(String, f64)>,
 }
 
-/// A global secondary index as DescribeTable shows it: its name, key
-/// attributes and write capacity (provisioned, or an on-demand index's
-/// `MaxWriteRequestUnits`; None: not limited by its own figure).
-#[derive(Debug, Clone, PartialEq)]
-pub struct IndexInfo {
-    pub name: String,
-    /// Its partition key's and sort key's attribute names (an item is
-    /// written to the index only if it has them all).
-    pub keys: Vec<String>,
-    pub capacity: Option<f64>,
-}
+/// A global secondary index as DescribeTable shows it (defined beside what
+/// measures its bound).
+pub use crate::throttle::indexes::IndexInfo;
 
 /// A table as DescribeTable shows it: its key and provisioned write capacity
 /// (None for on-demand tables), an on-demand table's `MaxWriteRequestUnits`

@@ -104,7 +104,7 @@ pub async fn resolve_routes(
                     .with_hot_keys(th.hot_keys)
                     .with_latency(exporter.map(|e| e.latency(table)));
                 control.set_capacity(info.limit());
-                control.set_indexes(index_capacities(&info));
+                control.set_indexes(info.indexes.iter().cloned());
                 control.set_warm(info.warm);
                 let t = Arc::new(Table {
                     name: table.as_str().into(),
@@ -280,7 +280,7 @@ pub fn poll_capacity(
                         live.dynamo_ok();
                         if follow {
                             t.control.set_capacity(info.limit());
-                            t.control.set_indexes(index_capacities(&info));
+                            t.control.set_indexes(info.indexes.iter().cloned());
                             t.control.set_warm(info.warm);
                         }
                     }
@@ -293,15 +293,6 @@ pub fn poll_capacity(
         });
     }
     set
-}
-
-/// Each global secondary index's name, write capacity and key attributes
-/// (see `Control::set_indexes`).
-fn index_capacities(info: &TableInfo) -> Vec<(String, Option<f64>, Vec<String>)> {
-    info.indexes
-        .iter()
-        .map(|i| (i.name.clone(), i.capacity, i.keys.clone()))
-        .collect()
 }
 
 /// How many records of backlog one partition weighs in [`share`]

@@ -204,10 +204,11 @@ impl Writer {
             ctl.observe_latency(sent.elapsed());
             let heard = match answer {
                 Ok(outcome) => {
-                    if let Some(units) = outcome.table_wcu.or(outcome.consumed_wcu) {
+                    if let Some(units) = outcome.table_wcu {
                         // What the table's items and each global index
                         // consumed: an index with less room than the table
-                        // bounds it.
+                        // bounds it. (An answer with only a total says
+                        // nothing of the indexes: they keep what they had.)
                         ctl.note_consumed(units, &outcome.index_wcu);
                     }
                     let (todo, heard) = self.answered(table, send, &attempt, &outcome, schema, ctl);

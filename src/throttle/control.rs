@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
-use crate::throttle::indexes::IndexBound;
+use crate::throttle::indexes::{IndexBound, IndexInfo};
 use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
@@ -235,10 +235,7 @@ impl Control {
 
     /// The table's global secondary indexes: name, write capacity and key
     /// attribute names (DescribeTable's; see [`IndexBound`]).
-    pub fn set_indexes(
-        &self,
-        indexes: impl IntoIterator<Item = (String, Option<f64>, Vec<String>)>,
-    ) {
+    pub fn set_indexes(&self, indexes: impl IntoIterator<Item = IndexInfo>) {
         let before = self.capacity();
         self.indexes.lock().set(indexes);
         if self.capacity() != before {
@@ -561,7 +558,7 @@ mod tests {
     fn an_index_with_less_room_than_the_table_is_the_capacity_paced_to() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(200.0));
-        c.set_indexes([("by_g".to_string(), Some(50.0), vec!["g".to_string()])]);
+        c.set_indexes([IndexInfo::new("by_g", Some(50.0), &["g"])]);
         // Before any write, the index is taken to cost what the table does.
         c.after_attempt(Throttled::No, 25.0, 25.0, 25.0);
         let r = c.report();
@@ -585,7 +582,7 @@ mod tests {
                 wcu: None,
             });
         c.set_capacity(Some(200.0));
-        c.set_indexes([("by_g".to_string(), Some(50.0), vec!["g".to_string()])]);
+        c.set_indexes([IndexInfo::new("by_g", Some(50.0), &["g"])]);
         assert_eq!(c.report().budget, Some(25.0));
     }
 

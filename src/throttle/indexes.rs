@@ -45,6 +45,29 @@ const NEAR: f64 = 1.25;
 /// twice (a write that moves an item's index key).
 const MAX_ANSWER_UNITS: f64 = 20_000.0;
 
+/// A global secondary index as DescribeTable shows it: its name, key
+/// attributes and write capacity (provisioned, or an on-demand index's
+/// `MaxWriteRequestUnits`; None: not limited by its own figure).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexInfo {
+    pub name: String,
+    /// Its partition key's and sort key's attribute names (an item is
+    /// written to the index only if it has them all).
+    pub keys: Vec<String>,
+    pub capacity: Option<f64>,
+}
+
+#[cfg(test)]
+impl IndexInfo {
+    pub fn new(name: &str, capacity: Option<f64>, keys: &[&str]) -> Self {
+        Self {
+            name: name.to_string(),
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            capacity,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct Index {
     name: String,
@@ -87,27 +110,32 @@ pub struct IndexBound {
 }
 
 impl IndexBound {
-    /// The indexes as DescribeTable shows them now: (name, write capacity,
-    /// None: not limited by a figure of its own; key attribute names). What
-    /// was measured of an index that is still there is kept. The bound in
-    /// force follows at once when a capacity changed.
-    pub fn set(&mut self, indexes: impl IntoIterator<Item = (String, Option<f64>, Vec<String>)>) {
+    /// The indexes as DescribeTable shows them now. What was measured of an
+    /// index that is still there is kept. The bound in force follows at
+    /// once when a capacity changed.
+    pub fn set(&mut self, indexes: impl IntoIterator<Item = IndexInfo>) {
         let old = std::mem::take(&mut self.indexes);
         self.indexes = indexes
             .into_iter()
-            .map(|(name, capacity, keys)| {
-                let (units, table_units) = old
-                    .iter()
-                    .find(|i| i.name == name)
-                    .map_or((0.0, 0.0), |i| (i.units, i.table_units));
-                Index {
-                    name,
-                    keys,
-                    capacity: capacity.filter(|c| c.is_finite() && *c > 0.0),
-                    units,
-                    table_units,
-                }
-            })
+            .map(
+                |IndexInfo {
+                     name,
+                     keys,
+                     capacity,
+                 }| {
+                    let (units, table_units) = old
+                        .iter()
+                        .find(|i| i.name == name)
+                        .map_or((0.0, 0.0), |i| (i.units, i.table_units));
+                    Index {
+                        name,
+                        keys,
+                        capacity: capacity.filter(|c| c.is_finite() && *c > 0.0),
+                        units,
+                        table_units,
+                    }
+                },
+            )
             .collect();
         // (In any order: DescribeTable's list need not keep one.)
         let same = old.len() == self.indexes.len()
@@ -116,7 +144,7 @@ impl IndexBound {
                     .any(|o| o.name == i.name && o.capacity == i.capacity)
             });
         if !same {
-            self.in_force = self.measured();
+            self.in_force = self.named(self.measured());
         }
     }
 
@@ -143,26 +171,36 @@ impl IndexBound {
                 .sum::<f64>();
         }
         let now = self.measured();
-        let moved = match (&self.in_force, &now) {
+        let moved = match (&self.in_force, now) {
             (Some((_, a)), Some((_, b))) => (a - b).abs() > NOTICE * a,
             (a, b) => a.is_some() != b.is_some(),
         };
         if moved {
-            self.in_force = now;
-        } else if let (Some(force), Some((name, _))) = (self.in_force.as_mut(), now) {
+            self.in_force = self.named(now);
+        } else if let (Some(force), Some((i, _))) = (self.in_force.as_mut(), now) {
             // Another index's bound is now the lowest, within NOTICE of the
             // one in force: it is named, the bound stays.
-            force.0 = name;
+            let name = &self.indexes[i].name;
+            if force.0 != *name {
+                force.0.clone_from(name);
+            }
         }
         moved
     }
 
-    /// The lowest of the indexes' measured bounds, and its index.
-    fn measured(&self) -> Option<(String, f64)> {
+    /// The lowest of the indexes' measured bounds, and its index's place
+    /// in `indexes` (no name copied on every answer).
+    fn measured(&self) -> Option<(usize, f64)> {
         self.indexes
             .iter()
-            .filter_map(|i| Some((i.name.clone(), i.bound()?)))
+            .enumerate()
+            .filter_map(|(at, i)| Some((at, i.bound()?)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// A bound from `measured`, with its index's name.
+    fn named(&self, bound: Option<(usize, f64)>) -> Option<(String, f64)> {
+        bound.map(|(at, b)| (self.indexes[at].name.clone(), b))
     }
 
     /// What the table admits for this job's writes: its own `capacity`, or
@@ -203,7 +241,7 @@ mod tests {
 
     fn one(capacity: Option<f64>) -> IndexBound {
         let mut b = IndexBound::default();
-        b.set([("by_g".to_string(), capacity, vec!["g".to_string()])]);
+        b.set([IndexInfo::new("by_g", capacity, &["g"])]);
         b
     }
 
@@ -275,7 +313,7 @@ mod tests {
         assert!((1..=8).contains(&moved), "{moved}");
         assert!(b.capacity(Some(200.0)).unwrap() > 80.0);
         // A new capacity applies at once and keeps what was measured.
-        b.set([("by_g".to_string(), Some(30.0), vec!["g".to_string()])]);
+        b.set([IndexInfo::new("by_g", Some(30.0), &["g"])]);
         let c = b.capacity(Some(1_000.0)).unwrap();
         assert!(c > 30.0 && c < 90.0, "{c}");
     }
@@ -284,7 +322,7 @@ mod tests {
     fn an_index_first_seen_mid_job_is_taken_to_cost_what_the_table_does() {
         let mut b = IndexBound::default();
         feed(&mut b, 100, 25.0, None);
-        b.set([("late".to_string(), Some(40.0), vec!["g".to_string()])]);
+        b.set([IndexInfo::new("late", Some(40.0), &["g"])]);
         assert_eq!(b.capacity(Some(200.0)), Some(40.0));
         assert_eq!(b.bound_by(Some(200.0)), Some("late"));
     }
@@ -326,8 +364,8 @@ mod tests {
     fn the_index_named_is_the_lowest_even_within_notice() {
         let mut b = IndexBound::default();
         b.set([
-            ("a".to_string(), Some(100.0), vec!["g".to_string()]),
-            ("b".to_string(), Some(105.0), vec!["h".to_string()]),
+            IndexInfo::new("a", Some(100.0), &["g"]),
+            IndexInfo::new("b", Some(105.0), &["h"]),
         ]);
         assert_eq!(b.bound_by(Some(200.0)), Some("a"));
         // b's writes cost more per table unit than a's: b is the lowest,
@@ -339,8 +377,8 @@ mod tests {
         assert_eq!(b.capacity(Some(200.0)), Some(100.0));
         // The same indexes listed in another order change nothing.
         b.set([
-            ("b".to_string(), Some(105.0), vec!["h".to_string()]),
-            ("a".to_string(), Some(100.0), vec!["g".to_string()]),
+            IndexInfo::new("b", Some(105.0), &["h"]),
+            IndexInfo::new("a", Some(100.0), &["g"]),
         ]);
         assert_eq!(b.bound_by(Some(200.0)), Some("b"));
         assert_eq!(b.capacity(Some(200.0)), Some(100.0));

@@ -9,7 +9,7 @@ use crate::decode::{decode, Coordinates, KeyAttr, KeyMode, KeyType};
 use crate::dlq::fake::FakeTopic;
 use crate::sink::batch::Batch;
 use crate::sink::fake::{id_of, unprocessed, FakeSink, Script};
-use crate::sink::{BatchOutcome, ThrottleScope};
+use crate::sink::{BatchOutcome, IndexInfo, ThrottleScope};
 use crate::throttle::simple::ExponentialConfig;
 use crate::throttle::StrategyConfig;
 
@@ -610,36 +610,53 @@ async fn hot_items_leave_first_and_one_by_one_as_the_range_lets_them() {
     assert_eq!(s.sink.calls().last().unwrap().ids, ["h1", "c4", "c5", "c6"]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_global_index_is_measured_against_the_items_own_units() {
-    // Every item reaches the global index `by_g` (50 WCU/s under a 200
-    // table) at its own cost, and a local index doubles what counts against
-    // the table: ConsumedCapacity says 2 units an item against the table, 1
-    // of them the item's own, and 1 for `by_g`. Index units per item unit:
-    // 1, so the bound stays 50. Measured against the units against the
-    // table (2), it would read 0.5 and double the bound to 100.
-    let script: Script = Box::new(|_, items| {
-        let units = items.len() as f64;
-        Ok(BatchOutcome {
-            consumed_wcu: Some(2.0 * units),
-            table_wcu: Some(units),
-            index_wcu: vec![("by_g".to_string(), units)],
-            ..BatchOutcome::default()
-        })
-    });
+/// Eight batches of 25 one-unit items written to a 200 WCU/s table with
+/// a global index `by_g` of 50 WCU/s, each answered by `outcome` (given the
+/// items' count): the capacity the writes are then paced to, and the index
+/// named.
+async fn paced_after(outcome: fn(f64) -> BatchOutcome) -> (Option<f64>, Option<String>) {
+    let script: Script = Box::new(move |_, items| Ok(outcome(items.len() as f64)));
     let mut s = setup(script, StrategyConfig::default(), None);
     s.ctl.set_capacity(Some(200.0));
     s.ctl
-        .set_indexes([("by_g".to_string(), Some(50.0), vec!["g".to_string()])]);
+        .set_indexes([IndexInfo::new("by_g", Some(50.0), &["g"])]);
     for _ in 0..8 {
         let slots = s.keys(25);
         s.write(slots).await.unwrap();
     }
     let r = s.ctl.report();
-    assert_eq!(
-        (r.capacity, r.index_bound.as_deref()),
-        (Some(50.0), Some("by_g"))
-    );
+    (r.capacity, r.index_bound)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_global_index_is_measured_against_the_items_own_units() {
+    // Every item reaches `by_g` at half its own cost, and a local index
+    // doubles what counts against the table: ConsumedCapacity says 2 units
+    // an item against the table, 1 of them the item's own, and 0.5 for
+    // `by_g`. Index units per item unit: 0.5, so the bound is 100 (the
+    // prior, nothing measured, is 50; measured against the units against
+    // the table, 0.25, it would be 200, no bound below the table's).
+    let (capacity, index) = paced_after(|units| BatchOutcome {
+        consumed_wcu: Some(2.0 * units),
+        table_wcu: Some(units),
+        index_wcu: vec![("by_g".to_string(), 0.5 * units)],
+        ..BatchOutcome::default()
+    })
+    .await;
+    assert_eq!((capacity, index.as_deref()), (Some(100.0), Some("by_g")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn answers_without_a_breakdown_leave_the_index_at_its_prior() {
+    // A server that reports only a total (LocalStack, the proxy's stand-in)
+    // says nothing of what the index consumed: the bound stays the prior
+    // (one index unit per item unit), not "the index took nothing".
+    let (capacity, index) = paced_after(|units| BatchOutcome {
+        consumed_wcu: Some(units),
+        ..BatchOutcome::default()
+    })
+    .await;
+    assert_eq!((capacity, index.as_deref()), (Some(50.0), Some("by_g")));
 }
 
 #[tokio::test(start_paused = true)]
@@ -653,7 +670,7 @@ async fn items_an_index_refused_are_the_tables_signal_not_a_hot_range() {
         let mut s = hot_setup(|_, _| BatchOutcome::default());
         if with_index {
             s.ctl
-                .set_indexes([("by_g".to_string(), Some(150.0), vec!["g".to_string()])]);
+                .set_indexes([IndexInfo::new("by_g", Some(150.0), &["g"])]);
         }
         let values: Vec<String> = ["h0", "h1", "c0", "c1"]
             .iter()

@@ -570,8 +570,9 @@ impl Adaptive {
     /// throttled, against 90-96% and 3.7% without slots). So after
     /// `SLOT_GRACE` slotted, every `SLOT_TRIAL` answers are a trial: more
     /// than `SLOT_THROTTLED` of them throttled (this client's own probes of
-    /// the request size aside) ends the slots for `SLOTS_OFF`.
-    fn watch_slots(&mut self, fb: &Feedback) {
+    /// the request size aside: `foreign`, see `after_attempt`) ends the
+    /// slots for `SLOTS_OFF`.
+    fn watch_slots(&mut self, fb: &Feedback, foreign: bool) {
         if self.slots_off_until.is_some_and(|u| fb.now >= u) {
             self.slots_off_until = None;
         }
@@ -584,12 +585,8 @@ impl Adaptive {
         if fb.now < since + SLOT_GRACE {
             return;
         }
-        // A partial answer to this client's own probe of the request size
-        // (regrowth past what the table has admitted at once) says nothing
-        // of other writers.
-        let probe = self.size.probes(fb.sent_units);
         self.slot_trial.0 += 1;
-        self.slot_trial.1 += u32::from(fb.throttled && !fb.key_range && !probe);
+        self.slot_trial.1 += u32::from(foreign);
         let (n, throttled) = self.slot_trial;
         if n >= SLOT_TRIAL {
             if f64::from(throttled) > SLOT_THROTTLED * f64::from(n) {
@@ -632,12 +629,9 @@ impl Adaptive {
     /// -> 7.7%, `two-lone-jobs.toml` 7.5% -> 1.6%; every tuned scenario
     /// unchanged. See the README's "Shapes not tuned on" for the figures
     /// with the mends after it.)
-    fn watch_load(&mut self, fb: &Feedback) {
+    fn watch_load(&mut self, foreign: bool) {
         self.load_window.0 += 1;
-        // (A partial answer to its own probe of the request size says
-        // nothing of other writers, as in `watch_slots`.)
-        self.load_window.1 +=
-            u32::from(fb.throttled && !fb.key_range && !self.size.probes(fb.sent_units));
+        self.load_window.1 += u32::from(foreign);
         if self.load_window.0 >= LOAD_WINDOW {
             let heavy = f64::from(self.load_window.1) > LOAD_THROTTLED * f64::from(LOAD_WINDOW);
             self.oversubscribed = heavy && self.heavy;
@@ -790,11 +784,14 @@ impl Strategy for Adaptive {
             return Duration::ZERO;
         }
         self.largest_sent = self.largest_sent.max(fb.sent_units);
-        let counted = fb.throttled && !fb.key_range && !self.size.probes(fb.sent_units);
-        self.throttled_lately += (f64::from(u8::from(counted)) - self.throttled_lately) / RARE_OVER;
+        // A throttle that says something of other writers: not a key
+        // range's, nor a partial answer to this client's own probe of the
+        // request size (regrowth past what the table has admitted at once).
+        let foreign = fb.throttled && !fb.key_range && !self.size.probes(fb.sent_units);
+        self.throttled_lately += (f64::from(u8::from(foreign)) - self.throttled_lately) / RARE_OVER;
         self.lately.add(fb.now, fb.accepted_units);
-        self.watch_slots(fb);
-        self.watch_load(fb);
+        self.watch_slots(fb, foreign);
+        self.watch_load(foreign);
         self.accepted.add(fb.now, fb.accepted_units);
         self.follow(fb.capacity, fb.share);
         // A partial answer to a request larger than the server has shown it
