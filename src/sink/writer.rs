@@ -40,9 +40,8 @@ use crate::dlq::{DeadLetterError, DeadLetters, Delivery};
 use crate::record::Record;
 use crate::telemetry::events::{self, TableEvents};
 use crate::telemetry::Counters;
-use crate::throttle::adaptive::size::Room;
 use crate::throttle::control::{Control, Throttled};
-use crate::throttle::hot::{self, key_range_refused, Sent};
+use crate::throttle::request::{self, Reading};
 use crate::throttle::simple::Exponential;
 use crate::throttle::Strategy;
 
@@ -315,7 +314,8 @@ impl Writer {
         (todo, heard)
     }
 
-    /// What an answer tells the table's control and the hot range.
+    /// What an answer tells the table's control and the hot range (read
+    /// item by item by [`request::read`]).
     fn heard(
         &self,
         table: &str,
@@ -324,100 +324,34 @@ impl Writer {
         answer: &Refusal,
         ctl: &Control,
     ) -> Heard {
-        let (hot, refused) = (&attempt.hot, &answer.refused);
-        let units: Vec<f64> = send.iter().map(|s| f64::from(s.wcu())).collect();
-        let sent: f64 = units.iter().sum();
-        let written: f64 = units
+        let items: Vec<request::Item<'_>> = send
             .iter()
-            .zip(refused)
-            .filter(|(_, r)| !**r)
-            .map(|(u, _)| u)
-            .sum();
-        let by_range: Vec<bool> = match answer.reading {
-            _ if !ctl.paces_hot_keys() => vec![false; send.len()],
-            Reading::Table => vec![false; send.len()],
-            Reading::KeyRange => vec![true; send.len()],
-            Reading::Partial => {
-                let items: Vec<Sent> = units
-                    .iter()
-                    .zip(refused)
-                    .zip(hot)
-                    .map(|((u, r), h)| Sent {
-                        units: *u,
-                        accepted: !r,
-                        hot: *h,
-                    })
-                    .collect();
-                // An item written to an index near its bound may have been
-                // refused for the index's sake (items after it that do not
-                // reach the index went through): that is the table's
-                // signal, not a key range's of the table's keys.
-                // (Not a key already hot: its range is known to refuse.)
-                key_range_refused(&items)
-                    .into_iter()
-                    .zip(send.iter().zip(hot))
-                    .map(|(by, (slot, h))| {
-                        by && (*h || !ctl.reaches_binding_index(|k| slot.item().contains_key(k)))
-                    })
-                    .collect()
-            }
-        };
+            .zip(&attempt.hot)
+            .zip(&answer.refused)
+            .map(|((slot, hot), refused)| request::Item {
+                key: partition_part(&slot.key),
+                units: f64::from(slot.wcu()),
+                refused: *refused,
+                hot: *hot,
+            })
+            .collect();
+        let mut read = request::read(
+            &items,
+            answer.reading,
+            ctl.paces_hot_keys(),
+            |i| ctl.reaches_binding_index(|k| send[i].item().contains_key(k)),
+            attempt.at,
+        );
         // The hot range hears of its keys, and of every key a range refused.
-        let mut range = hot::Answer {
-            sent: attempt.at,
-            request_units: sent,
-            ..hot::Answer::default()
-        };
-        // A key refused alongside hot keys by the same ranges is taken for
-        // one of theirs; keys refused alone, all new, say something the hot
-        // range does not cover: the table slows too.
-        let range_over = (0..send.len()).any(|i| refused[i] && by_range[i] && hot[i]);
-        let mut table_refused = false;
-        let mut by_table = false; // refused where no key range was read
-        let mut apart = 0.0; // refused units the hot range answers for
-        for (i, slot) in send.iter().enumerate() {
-            if !refused[i] {
-                if hot[i] {
-                    range.hot_written += units[i];
-                }
-                continue;
-            }
-            range.cold_refused |= !hot[i];
-            if by_range[i] {
-                range.refused.push(hot::Refused {
-                    key: partition_part(&slot.key),
-                    units: units[i],
-                    was_hot: hot[i],
-                });
-            }
-            if by_range[i] && (hot[i] || range_over) {
-                apart += units[i];
-            } else {
-                table_refused = true;
-                by_table |= !by_range[i];
-            }
-        }
-        let by_range_refused = !range.refused.is_empty();
-        if hot.contains(&true) || by_range_refused {
+        if let Some(range) = read.range.take() {
             if let Some((change, keys, rate)) = ctl.hot_answer(range) {
                 self.events(table, ctl).hot_range(change, keys, rate);
             }
         }
-        let nothing_for_table = apart > 0.0 && !table_refused && written == 0.0;
-        // Only key ranges refused: a plain cut of the table's rate while the
-        // hot range holds records back (what the job wrote is then its pace);
-        // otherwise the table's, down to what it accepted (a range of
-        // ever-new keys, or an index's, admits no more).
-        let throttled = match (table_refused, by_table) {
-            (false, _) => Throttled::No,
-            (true, false) if ctl.hot_holds() => Throttled::KeyRange,
-            (true, _) if by_range_refused => Throttled::NewKeys,
-            (true, _) => Throttled::Table,
-        };
         Heard {
-            table: (!nothing_for_table).then_some((throttled, sent - apart)),
-            accepted: answer.consumed.unwrap_or(written),
-            written,
+            table: read.for_table(ctl.hot_holds()),
+            accepted: answer.consumed.unwrap_or(read.written),
+            written: read.written,
         }
     }
 
@@ -527,17 +461,6 @@ struct Refusal {
     consumed: Option<f64>,
 }
 
-/// Who refused what an answer returned.
-#[derive(Clone, Copy)]
-enum Reading {
-    /// The table (or unknown: unmatched unprocessed items).
-    Table,
-    /// A 400 whose reasons all name a key range.
-    KeyRange,
-    /// A partial answer: read item by item ([`key_range_refused`]).
-    Partial,
-}
-
 /// What an answer tells the table's control.
 struct Heard {
     /// (throttled, units sent) for the table's strategy; None when only
@@ -550,57 +473,21 @@ struct Heard {
 }
 
 /// The next request out of `remaining` (the rest after it), within the
-/// table's request size: hot keys' slots first, each only as the hot range's
-/// pace lets it go (hot units leave spread, not in bursts), then the cold
-/// ones, from anywhere in the batch (slots behind held hot ones are not held
-/// up, nor is the request's room left to them: with half a batch's keys hot
-/// and requests of a few units, the held hot slots took most of each
-/// request's room, and the cold ones left one or two a request, at a rate
-/// of requests the job could not exceed). The cold ones after the hot tell
-/// a table that ran out from a key range. When only hot slots are left and
-/// none may go yet, the request is empty and the wait is returned.
+/// table's request size, as [`request::compose`] makes it: hot keys' slots
+/// first, each only as the hot range's pace lets it go, then the cold ones.
+/// When only hot slots are left and none may go yet, the request is empty
+/// and the wait is returned.
 fn compose(ctl: &Control, remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Duration) {
     let hot = ctl.which_hot(remaining.iter().map(|s| partition_part(&s.key)));
-    let mut room = Room::new(ctl.max_request_units());
-    let (mut send, mut cold, mut held) = (Vec::new(), Vec::new(), Vec::new());
-    let mut wait = None;
-    for (slot, h) in remaining.into_iter().zip(hot) {
-        let units = f64::from(slot.wcu());
-        if !h {
-            cold.push(slot);
-        } else if wait.is_some() || !room.fits(units) {
-            held.push(slot);
-        } else {
-            match ctl.hot_admit(slot.wcu()) {
-                Ok(()) => {
-                    room.take(units);
-                    send.push(slot);
-                }
-                Err(w) => {
-                    wait = Some(w);
-                    held.push(slot);
-                }
-            }
-        }
-    }
-    // The cold ones as many as fit, in order (all of a batch's slots when
-    // none is hot, as `leading_within` counts them).
-    let mut later = Vec::new();
-    for slot in cold {
-        let units = f64::from(slot.wcu());
-        if later.is_empty() && room.fits(units) {
-            room.take(units);
-            send.push(slot);
-        } else {
-            later.push(slot);
-        }
-    }
-    let wait = if send.is_empty() {
-        wait.unwrap_or_default()
-    } else {
-        Duration::ZERO
+    let units: Vec<f64> = remaining.iter().map(|s| f64::from(s.wcu())).collect();
+    let (send, rest, wait) = request::compose(&units, &hot, ctl.max_request_units(), |i| {
+        ctl.hot_admit(remaining[i].wcu())
+    });
+    let mut slots: Vec<Option<Slot>> = remaining.into_iter().map(Some).collect();
+    let mut take = |idx: Vec<usize>| -> Vec<Slot> {
+        idx.into_iter().filter_map(|i| slots[i].take()).collect()
     };
-    (send, joined(held, later), wait)
+    (take(send), take(rest), wait)
 }
 
 /// `a` then `b`.

@@ -37,6 +37,7 @@ pub mod heroku;
 pub mod hot;
 pub mod indexes;
 pub mod pace;
+pub mod request;
 pub mod simple;
 pub mod window;
 
