@@ -322,8 +322,17 @@ fn bad_scenarios_exit_2_naming_the_field() {
         .unwrap()
         .replace("[clients]", "[clients]\nclock_skew_ms = -5");
     std::fs::write(&skewed, text).unwrap();
+    let keyless = dir.join("keyless.toml");
+    let text = std::fs::read_to_string(scenario("hot-range"))
+        .unwrap()
+        .replace("keys = {", "# keys = {");
+    std::fs::write(&keyless, text).unwrap();
     for (path, want) in [
         (bad.clone(), "clients.count = 0"),
+        (
+            keyless,
+            "server.partitions: needs clients.keys (which partition an item goes to)",
+        ),
         (
             skewed,
             "clients.clock_skew_ms: must be >= 0 and < 1000 (got -5)",
@@ -604,4 +613,33 @@ fn clients_with_batches_in_flight_share_the_pacers_turn() {
             "{second:?} after {first:?}"
         );
     }
+}
+
+/// The simulator's partitions (`hot-range.toml`, the bench's hot range):
+/// the default, pacing the hot key's range apart, uses nearly all of the
+/// busiest partition at about 1% of its requests throttled; partitions and
+/// keys decide every figure (the same scenario without partitions is bound
+/// by the table, not by one partition).
+#[test]
+fn the_hot_range_is_bound_by_its_partition_and_the_default_uses_it() {
+    let s = scores("hot-range");
+    let d = by(&s, "adaptive");
+    let used = d
+        .busiest_partition_use
+        .expect("partitions: the busiest partition is measured");
+    assert!(used > 0.9, "busiest partition {used}");
+    let rate = d.throttled as f64 / d.requests as f64;
+    assert!(rate < 0.02, "throttled {rate}");
+    // The bound is the partition's: the table's 150 WCU/s are not all used.
+    assert!(d.utilization < 0.8, "utilization {}", d.utilization);
+    let mut sc = sim::load(&scenario("hot-range")).unwrap();
+    sc.server.partitions = None;
+    let plain = sim::run(&sc).unwrap().scores;
+    let p = by(&plain, "adaptive");
+    assert_eq!(p.busiest_partition_use, None);
+    assert!(
+        p.utilization > 0.9,
+        "no partitions: the table binds ({})",
+        p.utilization
+    );
 }

@@ -26,12 +26,14 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::throttle::adaptive::size::leading_within;
-use crate::throttle::control::{slots_and_burst, REMAINING_WINDOW};
+use crate::throttle::control::{slots_and_burst, Throttled, REMAINING_WINDOW};
+use crate::throttle::hot::HotKeys;
 use crate::throttle::pace::Pacer;
+use crate::throttle::request::{self, Reading};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Strategy, StrategyConfig};
 
-use super::scenario::{Dist, Scenario, Workload};
+use super::scenario::{Dist, Keys, Scenario, Workload};
 use super::server::Server;
 
 /// One attempt, as the trace and the charts show it.
@@ -59,6 +61,9 @@ pub struct Outcome {
     pub items_written: u64,
     /// Clear probe: when the last client stopped (None: not within the run).
     pub cleared_at: Option<Duration>,
+    /// With partitions: what the busiest partition admitted over its
+    /// maximum x the run's length.
+    pub busiest_partition_use: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,6 +79,10 @@ enum Step {
 struct Lane {
     /// Costs of the items still to write.
     pending: Vec<f64>,
+    /// Their keys (with `clients.keys`; else empty).
+    keys: Vec<u32>,
+    /// Which of the items this attempt carries had hot keys as it left.
+    hot_sent: Vec<bool>,
     /// How many of them (the leading ones) this attempt carries.
     sending: usize,
     /// Units of this attempt still to take from the pacer (None: not started).
@@ -102,6 +111,8 @@ struct Client {
     slot_parts: Option<Vec<(f64, f64)>>,
     /// The warm throughput it was told last (on-demand, no maximum).
     warm: Option<f64>,
+    /// Its hot keys, paced apart (with `clients.keys` and `hot_keys`).
+    hot: Option<HotKeys>,
     attempts: u64,
     throttled: u64,
 }
@@ -113,6 +124,47 @@ pub enum Mode {
     Main,
     /// The time-to-clear probe: clients stop at the threshold.
     Clear,
+}
+
+/// The items' keys: their names (as the hot range knows keys), their
+/// partitions, and the draw. Key 0 is the hot key (`hot_share` of the
+/// items); keys 1 to `count` follow a Zipf law.
+struct KeySpace {
+    names: Vec<String>,
+    partitions: Vec<usize>,
+    /// The Zipf law's cumulative weights, keys 1 to `count`.
+    cdf: Vec<f64>,
+    hot_share: f64,
+}
+
+impl KeySpace {
+    fn new(k: &Keys, server: &Server) -> Self {
+        let mut names = vec!["hot".to_string()];
+        names.extend((1..=k.count).map(|i| format!("k{i}")));
+        let partitions = names.iter().map(|n| server.partition_of(n)).collect();
+        let mut total = 0.0;
+        let cdf = (1..=k.count)
+            .map(|r| {
+                total += 1.0 / (r as f64).powf(k.zipf_s);
+                total
+            })
+            .collect();
+        Self {
+            names,
+            partitions,
+            cdf,
+            hot_share: k.hot_share,
+        }
+    }
+
+    fn draw(&self, rng: &mut SmallRng) -> u32 {
+        if self.hot_share > 0.0 && rng.random::<f64>() < self.hot_share {
+            return 0;
+        }
+        let total = self.cdf.last().copied().unwrap_or(0.0);
+        let x = rng.random::<f64>() * total;
+        (self.cdf.partition_point(|c| *c < x).min(self.cdf.len() - 1) + 1) as u32
+    }
 }
 
 fn draw(d: &Dist, rng: &mut SmallRng) -> f64 {
@@ -134,13 +186,14 @@ pub fn seed_for(seed: u64, client: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Runs one strategy through the scenario.
-pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
+/// Runs one strategy through the scenario (`hot_keys`: keys a key range
+/// refuses are paced apart, with `clients.keys`).
+pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode) -> Outcome {
     let clock = FakeRelativeClock::default();
     let mut clock_at = Duration::ZERO;
     let mut run = Run::new(sc, mode);
     let mut clients: Vec<Client> = (0..sc.clients.count)
-        .map(|i| run.client(i, strategy, &clock))
+        .map(|i| run.client(i, strategy, hot_keys, &clock))
         .collect();
     for lane in 0..sc.clients.in_flight {
         for (i, cl) in clients.iter().enumerate() {
@@ -165,7 +218,14 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
             Step::Pace => run.pace(cl, id, t),
             Step::Arrive => {
                 let l = &mut cl.lanes[id.1];
-                l.answer = Some(run.server.request(&l.pending[..l.sending], t));
+                let parts: Vec<usize> = match &run.keys {
+                    Some(ks) => l.keys[..l.sending]
+                        .iter()
+                        .map(|k| ks.partitions[*k as usize])
+                        .collect(),
+                    None => Vec::new(),
+                };
+                l.answer = Some(run.server.request(&l.pending[..l.sending], &parts, t));
                 Next::At(l.sent_at + l.latency, Step::Answer)
             }
             Step::Answer => run.answer(cl, id, t),
@@ -180,6 +240,7 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, mode: Mode) -> Outcome {
     let (accepted, offered) = run.server.totals(end);
     out.accepted_units = accepted;
     out.offered_units = offered;
+    out.busiest_partition_use = run.server.busiest_partition_use(end);
     out.per_client = clients.iter().map(|c| (c.attempts, c.throttled)).collect();
     out
 }
@@ -210,6 +271,8 @@ struct Run<'a> {
     seq: u64,
     stopped: usize,
     out: Outcome,
+    /// The items' keys (with `clients.keys`).
+    keys: Option<KeySpace>,
 }
 
 impl<'a> Run<'a> {
@@ -222,9 +285,11 @@ impl<'a> Run<'a> {
             ),
         };
         let c = &sc.clients;
+        let keys = c.keys.as_ref().map(|k| KeySpace::new(k, &server));
         Run {
             sc,
             mode,
+            keys,
             server,
             bucket_size,
             burst: NonZeroU32::new(c.pacing_burst.max(1)).expect(">= 1"),
@@ -241,7 +306,13 @@ impl<'a> Run<'a> {
     }
 
     /// Client `i`, its strategy primed and hinted as the scenario says.
-    fn client(&self, i: usize, strategy: &StrategyConfig, clock: &FakeRelativeClock) -> Client {
+    fn client(
+        &self,
+        i: usize,
+        strategy: &StrategyConfig,
+        hot_keys: bool,
+        clock: &FakeRelativeClock,
+    ) -> Client {
         let (sc, c) = (self.sc, &self.sc.clients);
         let mut rng = SmallRng::seed_from_u64(seed_for(sc.seed, i as u64));
         let start = if c.stagger_s > 0.0 {
@@ -299,6 +370,11 @@ impl<'a> Run<'a> {
             share,
             slot_parts,
             warm,
+            hot: (c.keys.is_some() && hot_keys).then(|| {
+                let mut h = HotKeys::default();
+                h.share(share);
+                h
+            }),
             attempts: 0,
             throttled: 0,
         }
@@ -319,6 +395,9 @@ impl<'a> Run<'a> {
         cl.lanes[lane].pending = (0..c.items)
             .map(|_| draw(&c.cost, &mut cl.rng).ceil())
             .collect();
+        if let Some(ks) = &self.keys {
+            cl.lanes[lane].keys = (0..c.items).map(|_| ks.draw(&mut cl.rng)).collect();
+        }
         let d = cl.strategy.before_call(t);
         Next::At(t + d, Step::Pace)
     }
@@ -348,7 +427,35 @@ impl<'a> Run<'a> {
             Some(left) => left,
             None => {
                 let limit = cl.pacer.request_limit(cl.strategy.max_request_units());
-                l.sending = leading_within(l.pending.iter().copied(), limit);
+                match (cl.hot.as_mut(), &self.keys) {
+                    (Some(h), Some(ks)) => {
+                        // As the writer composes: hot keys' items as their
+                        // range's pace lets them go, then cold ones.
+                        let hot: Vec<bool> = l
+                            .keys
+                            .iter()
+                            .map(|k| !h.is_empty() && h.is_hot(&ks.names[*k as usize]))
+                            .collect();
+                        let pending = &l.pending;
+                        let (send, rest, wait) =
+                            request::compose(pending, &hot, limit, |i| h.admit(t, pending[i]));
+                        if send.is_empty() {
+                            // Only hot items, none due: the turn goes on,
+                            // and this lane comes back for it then.
+                            self.hand_on(cl, client, t);
+                            return Next::At(t + wait, Step::Pace);
+                        }
+                        l.hot_sent = send.iter().map(|&i| hot[i]).collect();
+                        let order: Vec<usize> = send.iter().chain(&rest).copied().collect();
+                        l.sending = send.len();
+                        l.pending = order.iter().map(|&i| l.pending[i]).collect();
+                        l.keys = order.iter().map(|&i| l.keys[i]).collect();
+                    }
+                    _ => {
+                        l.sending = leading_within(l.pending.iter().copied(), limit);
+                        l.hot_sent = vec![false; l.sending];
+                    }
+                }
                 l.pending[..l.sending].iter().sum::<f64>().ceil() as u32
             }
         };
@@ -382,15 +489,67 @@ impl<'a> Run<'a> {
         let a = l.answer.take().expect("an answer arrived");
         let sent = &l.pending[..l.sending];
         let units: f64 = sent.iter().sum();
-        let mut left: Vec<f64> = sent
-            .iter()
-            .zip(&a.accepted)
-            .filter(|(_, ok)| !**ok)
-            .map(|(c, _)| *c)
-            .collect();
+        // What the hot range and the table's strategy hear, read item by
+        // item as the writer reads an answer.
+        let heard = match (&self.keys, cl.hot.as_mut()) {
+            (Some(ks), hot) => {
+                let items: Vec<request::Item<'_>> = (0..l.sending)
+                    .map(|i| request::Item {
+                        key: &ks.names[l.keys[i] as usize],
+                        units: l.pending[i],
+                        refused: !a.accepted[i],
+                        hot: l.hot_sent.get(i).copied().unwrap_or(false),
+                    })
+                    .collect();
+                let reading = if a.accepted.iter().any(|ok| *ok) {
+                    Reading::Partial
+                } else if a.key_range.iter().all(|k| *k) {
+                    Reading::KeyRange
+                } else {
+                    Reading::Table
+                };
+                let mut read = request::read(&items, reading, hot.is_some(), |_| false, l.sent_at);
+                match hot {
+                    Some(h) => {
+                        if let Some(mut range) = read.range.take() {
+                            range.now = t;
+                            range.table_rate =
+                                cl.window.rate_so_far(t).max(cl.pacer.rate().unwrap_or(0.0));
+                            h.answer(&range);
+                        }
+                        let holds = h.holds(t);
+                        read.for_table(holds).map(|r| (r, holds))
+                    }
+                    None => read.for_table(false).map(|r| (r, false)),
+                }
+            }
+            (None, _) => {
+                let refused = a.accepted.iter().any(|ok| !*ok);
+                let kind = if refused {
+                    Throttled::Table
+                } else {
+                    Throttled::No
+                };
+                Some(((kind, units), false))
+            }
+        };
+        let mut left: Vec<f64> = Vec::new();
+        let mut left_keys: Vec<u32> = Vec::new();
+        for i in 0..l.sending {
+            if !a.accepted[i] {
+                left.push(l.pending[i]);
+                if let Some(k) = l.keys.get(i) {
+                    left_keys.push(*k);
+                }
+            }
+        }
         let throttled = !left.is_empty();
         left.extend_from_slice(&l.pending[l.sending..]);
         l.pending = left;
+        if !l.keys.is_empty() {
+            left_keys.extend_from_slice(&l.keys[l.sending..]);
+            l.keys = left_keys;
+        }
         cl.throttled += u64::from(throttled);
         self.out.items_written += a.accepted_items() as u64;
         let (capacity, warm) = if c.know_capacity {
@@ -404,21 +563,27 @@ impl<'a> Run<'a> {
             cl.strategy.warm(warm);
         }
         let estimate = cl.window.remaining(t, a.accepted_units, capacity);
-        let fb = Feedback {
-            now: t,
-            throttled,
-            key_range: false, // the simulator has no partitions
-            range_read: false,
-            range_held: false,
-            accepted_units: a.accepted_units,
-            sent_units: units,
-            written_units: a.accepted_units,
-            remaining: a.remaining.or(estimate),
-            level_units: a.remaining.map(|r| r * self.bucket_size),
-            capacity,
-            share: cl.share,
+        // Refusals only of keys already paced apart are not the table's.
+        let d = match heard {
+            Some(((kind, sent_units), range_held)) => {
+                let fb = Feedback {
+                    now: t,
+                    throttled: kind != Throttled::No,
+                    key_range: kind == Throttled::KeyRange,
+                    range_read: kind == Throttled::NewKeys,
+                    range_held,
+                    accepted_units: a.accepted_units,
+                    sent_units,
+                    written_units: a.accepted_units,
+                    remaining: a.remaining.or(estimate),
+                    level_units: a.remaining.map(|r| r * self.bucket_size),
+                    capacity,
+                    share: cl.share,
+                };
+                cl.strategy.after_attempt(&fb)
+            }
+            None => Duration::ZERO,
         };
-        let d = cl.strategy.after_attempt(&fb);
         if let Some(r) = cl.strategy.rate() {
             let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
             cl.pacer.steer(Some(r), burst, slots);

@@ -67,11 +67,11 @@ pub fn run(sc: &Scenario) -> Result<Results, SimError> {
     let mut scores = Vec::new();
     let mut runs = Vec::new();
     for e in sc.entries()? {
-        let main = engine::run(sc, &e.config, Mode::Main);
+        let main = engine::run(sc, &e.config, e.hot_keys, Mode::Main);
         let clear = sc
             .clear
             .as_ref()
-            .map(|_| engine::run(sc, &e.config, Mode::Clear));
+            .map(|_| engine::run(sc, &e.config, e.hot_keys, Mode::Clear));
         scores.push(report::score(
             &e.label,
             e.config.name(),

@@ -37,6 +37,10 @@ pub struct Score {
     /// no full minute to judge.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub least_client_share: Option<f64>,
+    /// With partitions: what the busiest partition admitted over its
+    /// maximum x the run's length (the hot range's bound is reached at 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busiest_partition_use: Option<f64>,
 }
 
 /// A minute, for [`least_client_share`].
@@ -143,6 +147,7 @@ pub fn score(
         offered_units: main.offered_units,
         group_shares,
         least_client_share: least_client_share(main),
+        busiest_partition_use: main.busiest_partition_use,
     }
 }
 
@@ -164,6 +169,9 @@ pub struct Spread {
     /// The least `least_client_share` in any seed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub least_client_share: Option<f64>,
+    /// The least `busiest_partition_use` in any seed (with partitions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busiest_partition_use: Option<f64>,
     /// Each seed's own figures, seed 1 first: which seeds make the
     /// extremes above.
     pub per_seed: Vec<SeedScore>,
@@ -181,6 +189,8 @@ pub struct SeedScore {
     pub least_job_share: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub least_client_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busiest_partition_use: Option<f64>,
 }
 
 impl SeedScore {
@@ -196,6 +206,7 @@ impl SeedScore {
             requests_vs_ideal: s.requests_vs_ideal,
             least_job_share: s.group_shares.iter().copied().reduce(f64::min),
             least_client_share: s.least_client_share,
+            busiest_partition_use: s.busiest_partition_use,
         }
     }
 }
@@ -239,6 +250,7 @@ pub fn spread(runs: &[Vec<Score>]) -> Vec<Spread> {
                 requests_vs_ideal_max: all.iter().map(|s| s.requests_vs_ideal).fold(0.0, f64::max),
                 least_job_share: per_seed.iter().map(|s| s.least_job_share).fold(None, min),
                 least_client_share: all.iter().map(|s| s.least_client_share).fold(None, min),
+                busiest_partition_use: all.iter().map(|s| s.busiest_partition_use).fold(None, min),
                 per_seed,
             }
         })
@@ -251,6 +263,10 @@ pub fn spread_table(scenario: &str, seeds: &str, rows: &[Spread]) -> String {
         "scenario {scenario}, seeds {seeds}\n{:<32} {:>10} {:>15} {:>12} {:>10} {:>12}\n",
         "strategy", "throttled", "util", "x ideal, most", "least job", "least client"
     );
+    let partitioned = rows.iter().any(|r| r.busiest_partition_use.is_some());
+    if partitioned {
+        s = s.replacen("least client\n", "least client  busiest partition\n", 1);
+    }
     for r in rows {
         let job = r
             .least_job_share
@@ -258,8 +274,13 @@ pub fn spread_table(scenario: &str, seeds: &str, rows: &[Spread]) -> String {
         let client = r
             .least_client_share
             .map_or("-".to_string(), |c| format!("{c:.2}"));
+        let busiest = match r.busiest_partition_use {
+            Some(b) if partitioned => format!(" {:>17.1}%", b * 100.0),
+            _ if partitioned => format!(" {:>18}", "-"),
+            _ => String::new(),
+        };
         s.push_str(&format!(
-            "{:<32} {:>9.2}% {:>6.1}-{:>6.1}% {:>12.2} {:>10} {:>12}\n",
+            "{:<32} {:>9.2}% {:>6.1}-{:>6.1}% {:>12.2} {:>10} {:>12}{busiest}\n",
             r.label,
             r.throttled_rate * 100.0,
             r.utilization_min * 100.0,
@@ -326,6 +347,13 @@ pub fn table(scenario: &str, scores: &[Score]) -> String {
                 "", l
             ));
         }
+        if let Some(b) = r.busiest_partition_use {
+            s.push_str(&format!(
+                "{:<32} busiest partition: {:.1}% of its maximum used\n",
+                "",
+                b * 100.0
+            ));
+        }
     }
     s
 }
@@ -373,6 +401,7 @@ mod tests {
             offered_units: 0.0,
             group_shares: jobs,
             least_client_share: client,
+            busiest_partition_use: None,
         };
         let runs = vec![
             vec![score(100, 1, 0.9, vec![0.5, 0.4], Some(0.7))],

@@ -88,6 +88,43 @@ pub struct Server {
     /// on-demand: seconds before a new peak counts (DynamoDB: 1,800).
     #[serde(default = "on_demand_scale_s")]
     pub on_demand_scale_s: f64,
+    /// dynamodb, on-demand: the table's partitions, as `ingest
+    /// throttle-proxy --partitions` models them (`src/proxy/partitions.rs`):
+    /// an item goes to a partition by a hash of its key (`clients.keys`),
+    /// and is admitted when the table's bucket and its partition's both
+    /// have room (None: the table's bucket alone).
+    #[serde(default)]
+    pub partitions: Option<usize>,
+    /// Each partition's most units per second (DynamoDB: 1,000).
+    #[serde(default = "partition_max")]
+    pub partition_max_per_s: f64,
+    /// Each partition's bucket, seconds of its maximum. Default: the
+    /// table's bucket's (capacity / refill_per_s), as the proxy's
+    /// `--burst-s` sets both.
+    #[serde(default)]
+    pub partition_burst_s: Option<f64>,
+}
+
+impl Server {
+    /// Each partition's bucket, seconds of its maximum.
+    pub fn partition_depth_s(&self) -> f64 {
+        self.partition_burst_s.unwrap_or_else(|| {
+            self.capacity.unwrap_or(self.refill_per_s) / self.refill_per_s.max(f64::MIN_POSITIVE)
+        })
+    }
+}
+
+/// Items' partition keys: with probability `hot_share` the one hot key,
+/// otherwise one of `count` keys drawn from a Zipf law of exponent `zipf_s`
+/// (the bench's hot range: 1,000 keys, s = 1.1, a hot key with 30%).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Keys {
+    pub count: usize,
+    #[serde(default = "zipf_s")]
+    pub zipf_s: f64,
+    #[serde(default)]
+    pub hot_share: f64,
 }
 
 /// A capacity change at `at_s` (auto scaling).
@@ -199,6 +236,14 @@ pub struct Clients {
     /// `dynamodb.max_in_flight_batches`), sharing its strategy and pacer.
     #[serde(default = "one_usize")]
     pub in_flight: usize,
+    /// Each item's partition key (None: items have none; needed with
+    /// `server.partitions`).
+    #[serde(default)]
+    pub keys: Option<Keys>,
+    /// Keys a key range refuses are paced apart, as the worker's
+    /// `throttle.hot_keys` (default on; only with `keys`).
+    #[serde(default = "yes")]
+    pub hot_keys: bool,
 }
 
 /// The time-to-clear probe (seed 004): a separate run where the server holds
@@ -233,6 +278,12 @@ fn on_demand_start() -> f64 {
 fn on_demand_scale_s() -> f64 {
     crate::proxy::on_demand::SCALE_S
 }
+fn partition_max() -> f64 {
+    crate::proxy::partitions::PARTITION_MAX_WCU
+}
+fn zipf_s() -> f64 {
+    1.1
+}
 fn one_usize() -> usize {
     1
 }
@@ -257,6 +308,9 @@ fn ten() -> f64 {
 pub struct Entry {
     pub label: String,
     pub config: StrategyConfig,
+    /// Hot keys paced apart (`clients.hot_keys`, or the entry's own
+    /// `hot_keys`; only with `clients.keys`).
+    pub hot_keys: bool,
 }
 
 impl Scenario {
@@ -325,6 +379,31 @@ impl Scenario {
         if let Some(c) = sv.capacity.filter(|c| !positive(*c)) {
             return bad(format!("server.capacity = {c}: must be > 0"));
         }
+        if let Some(n) = sv.partitions {
+            if n == 0 || n > 10_000 || sv.model == Model::TokenBucket {
+                return bad(format!(
+                    "server.partitions = {n}: must be 1-10000, and only for the dynamodb and on-demand models"
+                ));
+            }
+            if !(positive(sv.partition_max_per_s) && sv.partition_max_per_s.is_finite()) {
+                return bad(format!(
+                    "server.partition_max_per_s = {}: must be > 0",
+                    sv.partition_max_per_s
+                ));
+            }
+            if !(positive(sv.partition_depth_s()) && sv.partition_depth_s().is_finite()) {
+                return bad(format!(
+                    "server.partition_burst_s = {}: must be > 0",
+                    sv.partition_depth_s()
+                ));
+            }
+            if self.clients.keys.is_none() {
+                return bad(
+                    "server.partitions: needs clients.keys (which partition an item goes to)"
+                        .into(),
+                );
+            }
+        }
         if sv.burst_credit_s < 0.0 {
             return bad(format!(
                 "server.burst_credit_s = {}: must be >= 0",
@@ -363,6 +442,19 @@ impl Scenario {
         }
         c.cost.check("clients.cost", 1.0)?;
         c.latency_ms.check("clients.latency_ms", 0.0)?;
+        if let Some(k) = &c.keys {
+            if !(k.count >= 1
+                && k.count <= 1_000_000
+                && non_negative(k.zipf_s)
+                && k.zipf_s.is_finite()
+                && non_negative(k.hot_share)
+                && k.hot_share < 1.0)
+            {
+                return bad(format!(
+                    "clients.keys = {k:?}: count must be 1-1000000, zipf_s >= 0, hot_share in [0, 1)"
+                ));
+            }
+        }
         match &c.workload {
             Workload::Named(n) if n == "busy" => {}
             Workload::Named(n) => {
@@ -420,6 +512,16 @@ impl Scenario {
                 }
                 None => None,
             };
+            // The worker's `throttle.hot_keys`, per strategy entry.
+            let hot_keys = match t.remove("hot_keys") {
+                Some(toml::Value::Boolean(b)) => b,
+                Some(other) => {
+                    return Err(SimError::Invalid(format!(
+                        "strategy[{i}].hot_keys = {other}: must be true or false"
+                    )))
+                }
+                None => self.clients.hot_keys,
+            };
             let config: StrategyConfig = toml::Value::Table(t)
                 .try_into()
                 .map_err(|e| SimError::Invalid(format!("strategy[{i}]: {e}")))?;
@@ -432,7 +534,11 @@ impl Scenario {
                     "strategy[{i}]: label {label:?} is used twice; add `label = \"...\"`"
                 )));
             }
-            out.push(Entry { label, config });
+            out.push(Entry {
+                label,
+                config,
+                hot_keys,
+            });
         }
         Ok(out)
     }

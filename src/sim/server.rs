@@ -2,12 +2,15 @@
 //! provisioned capacity (the throttle proxy's own [`Bucket`], so the
 //! simulator and `ingest throttle-proxy` enforce capacity with the same code)
 //! or an on-demand table (the proxy's [`OnDemand`]), with a capacity
-//! schedule. Pure: time is passed in.
+//! schedule, optionally split into partitions (the proxy's [`Partitions`]:
+//! an item is admitted when the table's bucket and its partition's both
+//! have room). Pure: time is passed in.
 
 use std::time::Duration;
 
 use crate::bucket::Bucket;
 use crate::proxy::on_demand::OnDemand;
+use crate::proxy::partitions::Partitions;
 
 use super::scenario::{Model, Server as ServerCfg, Step};
 
@@ -16,6 +19,9 @@ use super::scenario::{Model, Server as ServerCfg, Step};
 pub struct Answer {
     /// Per item: written or not (each item fits or not, in order).
     pub accepted: Vec<bool>,
+    /// Per item: refused by its partition (the table had room): what
+    /// DynamoDB names `...KeyRangeThroughputExceeded`.
+    pub key_range: Vec<bool>,
     pub accepted_units: f64,
     /// The bucket level after the request, as a fraction of its size, when
     /// the server reports one (token-bucket: floor(tokens) / capacity).
@@ -60,6 +66,8 @@ pub struct Server {
     accepted: f64,
     /// What another writer takes from the refill, units/s (dynamodb).
     foreign: f64,
+    /// The partitions, with the units each admitted and its maximum.
+    partitions: Option<(Partitions, Vec<f64>, f64)>,
 }
 
 impl Answer {
@@ -116,7 +124,29 @@ impl Server {
             offered_until: Duration::ZERO,
             accepted: 0.0,
             foreign: cfg.foreign_per_s,
+            partitions: cfg.partitions.map(|n| {
+                let p = Partitions::new(
+                    n,
+                    cfg.partition_max_per_s,
+                    cfg.partition_depth_s(),
+                    Duration::ZERO,
+                );
+                (p, vec![0.0; n], cfg.partition_max_per_s)
+            }),
         }
+    }
+
+    /// The partition of a partition key (0 without partitions).
+    pub fn partition_of(&self, key: &str) -> usize {
+        self.partitions.as_ref().map_or(0, |(p, ..)| p.of(key))
+    }
+
+    /// What the busiest partition admitted up to `now`, over its maximum x
+    /// the time (None without partitions).
+    pub fn busiest_partition_use(&self, now: Duration) -> Option<f64> {
+        let (_, admitted, max) = self.partitions.as_ref()?;
+        let most = admitted.iter().copied().fold(0.0, f64::max);
+        Some(most / (max * now.as_secs_f64()).max(f64::MIN_POSITIVE))
     }
 
     /// The clear probe's server: `units` in the bucket, no refill.
@@ -134,6 +164,7 @@ impl Server {
             offered_until: Duration::ZERO,
             accepted: 0.0,
             foreign: 0.0,
+            partitions: None,
         }
     }
 
@@ -210,9 +241,46 @@ impl Server {
         }
     }
 
-    /// One request of items costing `costs` arriving at `now`.
-    pub fn request(&mut self, costs: &[f64], now: Duration) -> Answer {
+    /// One request of items costing `costs` arriving at `now`; with
+    /// partitions, item `i` goes to partition `parts[i]`.
+    pub fn request(&mut self, costs: &[f64], parts: &[usize], now: Duration) -> Answer {
         self.advance(now);
+        if let Some((p, admitted, _)) = self.partitions.as_mut() {
+            let mut key_range = vec![false; costs.len()];
+            let mut units = 0.0;
+            let mut accepted = vec![false; costs.len()];
+            for (i, &c) in costs.iter().enumerate() {
+                let part = parts.get(i).copied().unwrap_or(0).min(admitted.len() - 1);
+                let table = match &mut self.kind {
+                    Kind::Dynamo(b) => b.try_take(c, now),
+                    Kind::OnDemand(od) => od.try_take(c, now).is_ok(),
+                    Kind::Tokens(_) => unreachable!("partitions only for dynamodb and on-demand"),
+                };
+                if !table {
+                    continue;
+                }
+                if p.try_take(part, c, now) {
+                    accepted[i] = true;
+                    admitted[part] += c;
+                    units += c;
+                } else {
+                    // The table gives back what its partition refused.
+                    match &mut self.kind {
+                        Kind::Dynamo(b) => b.refund(c),
+                        Kind::OnDemand(od) => od.refund(c),
+                        Kind::Tokens(_) => {}
+                    }
+                    key_range[i] = true;
+                }
+            }
+            self.accepted += units;
+            return Answer {
+                accepted,
+                key_range,
+                accepted_units: units,
+                remaining: self.report_remaining.then(|| self.level(now)),
+            };
+        }
         let (accepted, accepted_units) = match &mut self.kind {
             Kind::Tokens(t) => {
                 // All or nothing (an HTTP request): 200 or 429.
@@ -229,6 +297,7 @@ impl Server {
         };
         self.accepted += accepted_units;
         Answer {
+            key_range: vec![false; accepted.len()],
             accepted,
             accepted_units,
             remaining: self.report_remaining.then(|| self.level(now)),
@@ -295,6 +364,9 @@ mod tests {
             foreign_per_s: 0.0,
             on_demand_start: 4_000.0,
             on_demand_scale_s: 1_800.0,
+            partitions: None,
+            partition_max_per_s: 1_000.0,
+            partition_burst_s: None,
         }
     }
 
@@ -310,10 +382,12 @@ mod tests {
         assert_eq!(sv.refill(), 100.0, "DescribeTable's maximum");
         let mut written = 0;
         for t in 1..=9 {
-            written = sv.request(&[1.0; 25 * 20], s(t as f64)).accepted_items();
+            written = sv
+                .request(&[1.0; 25 * 20], &[], s(t as f64))
+                .accepted_items();
         }
         assert_eq!(written, 100);
-        written = sv.request(&[1.0; 25 * 20], s(11.0)).accepted_items();
+        written = sv.request(&[1.0; 25 * 20], &[], s(11.0)).accepted_items();
         assert!(written >= 300, "one second at the new maximum: {written}");
         assert_eq!(sv.refill(), 300.0);
         let (_, off) = sv.totals(s(20.0));
@@ -326,11 +400,11 @@ mod tests {
         c.on_demand_start = 100.0;
         c.on_demand_scale_s = 5.0;
         let mut sv = Server::new(&c, false);
-        assert_eq!(sv.request(&[1.0; 500], s(1.0)).accepted_items(), 100);
+        assert_eq!(sv.request(&[1.0; 500], &[], s(1.0)).accepted_items(), 100);
         // The second with 100 counts as the peak 5 s after it ended: the
         // table then admits 200 a second.
-        sv.request(&[1.0; 500], s(8.5));
-        assert_eq!(sv.request(&[1.0; 500], s(9.5)).accepted_items(), 200);
+        sv.request(&[1.0; 500], &[], s(8.5));
+        assert_eq!(sv.request(&[1.0; 500], &[], s(9.5)).accepted_items(), 200);
     }
 
     #[test]
@@ -343,7 +417,7 @@ mod tests {
         // (scaled to 140 units) has been drained.
         let mut written = 0;
         for t in 1..=10 {
-            written = sv.request(&[1.0; 200], s(t as f64)).accepted_items();
+            written = sv.request(&[1.0; 200], &[], s(t as f64)).accepted_items();
         }
         assert_eq!(written, 140);
     }
@@ -351,13 +425,13 @@ mod tests {
     #[test]
     fn herokus_bucket_starts_empty_and_answers_all_or_nothing() {
         let mut sv = Server::new(&cfg(Model::TokenBucket, Some(4500.0), 1.25), true);
-        assert_eq!(sv.request(&[1.0], s(0.0)).accepted_items(), 0);
-        let a = sv.request(&[1.0], s(0.8));
+        assert_eq!(sv.request(&[1.0], &[], s(0.0)).accepted_items(), 0);
+        let a = sv.request(&[1.0], &[], s(0.8));
         assert_eq!(a.accepted_items(), 1);
         assert_eq!(a.remaining, Some(0.0));
-        let a = sv.request(&[1.0], s(8.0));
+        let a = sv.request(&[1.0], &[], s(8.0));
         assert_eq!(a.remaining, Some(8.0 / 4500.0), "floor(9 - 1) / 4500");
-        assert_eq!(sv.request(&[5.0, 5.0], s(8.0)).accepted_items(), 0);
+        assert_eq!(sv.request(&[5.0, 5.0], &[], s(8.0)).accepted_items(), 0);
         let (acc, off) = sv.totals(s(10.0));
         assert_eq!(acc, 2.0);
         assert!((off - 12.5).abs() < 1e-9);
@@ -366,7 +440,7 @@ mod tests {
     #[test]
     fn dynamodb_writes_the_items_that_fit() {
         let mut sv = Server::new(&cfg(Model::Dynamodb, None, 10.0), false);
-        let a = sv.request(&[4.0, 4.0, 4.0, 1.0], s(0.0));
+        let a = sv.request(&[4.0, 4.0, 4.0, 1.0], &[], s(0.0));
         assert_eq!((a.accepted_items(), a.accepted_units), (3, 9.0));
         assert_eq!(a.remaining, None);
     }
@@ -384,5 +458,36 @@ mod tests {
         let (_, off) = sv.totals(s(20.0));
         assert_eq!(sv.refill(), 50.0);
         assert!((off - (100.0 + 1000.0 + 500.0)).abs() < 1e-6, "{off}");
+    }
+
+    #[test]
+    fn a_partition_refuses_past_its_maximum_while_the_table_has_room() {
+        let mut c = cfg(Model::Dynamodb, None, 150.0);
+        c.partitions = Some(4);
+        c.partition_max_per_s = 50.0;
+        let mut sv = Server::new(&c, false);
+        let hot = sv.partition_of("hot");
+        let cold = (0..4).find(|p| *p != hot).expect("another partition");
+        // 60 units to the hot partition: its bucket holds 1 s of 50.
+        let a = sv.request(&[1.0; 60], &[hot; 60], s(0.0));
+        assert_eq!(a.accepted_items(), 50);
+        assert!(
+            a.key_range[50..].iter().all(|k| *k),
+            "refused by the partition"
+        );
+        assert!(!a.key_range[..50].iter().any(|k| *k));
+        // The table gave those back: another partition still has room.
+        let b = sv.request(&[1.0; 40], &[cold; 40], s(0.0));
+        assert_eq!(b.accepted_items(), 40);
+        let used = sv.busiest_partition_use(s(1.0)).expect("partitions");
+        assert!((used - 1.0).abs() < 1e-9, "50 of 50 in one second: {used}");
+        // Without partitions, no item is a key range's.
+        let mut plain = Server::new(&cfg(Model::Dynamodb, None, 150.0), false);
+        let a = plain.request(&[1.0; 200], &[], s(0.0));
+        assert_eq!(
+            (a.accepted_items(), a.key_range.iter().any(|k| *k)),
+            (150, false)
+        );
+        assert_eq!(plain.busiest_partition_use(s(1.0)), None);
     }
 }
