@@ -47,11 +47,17 @@
 //!   below the partition's maximum, and it doubles as a guess does; so it
 //!   does when this worker's share of its group's work grows past
 //!   [`SHARE_REPROBE`] x its share at the last cut (peers that wrote to the
-//!   hot partition too have finished). Each cut
+//!   hot partition too have finished). A cut
 //!   at about the level of the one before doubles the time the climb takes
-//!   (up to [`MAX_DOUBLINGS`] times): a
+//!   (once, [`MAX_DOUBLINGS`]): a
 //!   partition's maximum does not move, and probing past it again and again
-//!   only meets it. It is never cut below [`MIN_RATE`];
+//!   only meets it; but a partition whose bucket holds a tenth of a second
+//!   refuses the range's keys at any rate when its cold keys come in a
+//!   clump, at about the same level each time, and up to four doublings
+//!   (160 s) pinned such a range at a third of its partition (`ingest sim`,
+//!   `hot-range.toml` with 0.1 s buckets, one client: 31.6% of the busiest
+//!   partition in the least seed of 8, 44.0% with one doubling). It is
+//!   never cut below [`MIN_RATE`];
 //! - **a leaky bucket** (virtual scheduling) that lets hot keys' units go at
 //!   that rate, item by item as each comes due (spread, not in bursts: the
 //!   items of peers sharing a partition with little burst then rarely meet;
@@ -100,8 +106,8 @@ pub const WINDOW: Duration = Duration::from_secs(2);
 /// Back to the level of the last cut after this long.
 pub const PROBE: Duration = Duration::from_secs(10);
 /// Cuts at about the level of the one before lengthen the climb back this
-/// many times at most (x 2 each: 160 s).
-pub const MAX_DOUBLINGS: u32 = 4;
+/// many times at most (x 2 each: 20 s; see the module doc).
+pub const MAX_DOUBLINGS: u32 = 1;
 /// A climb this many of its lengths after the last cut (half a length past
 /// the level of that cut, the curve at 1.025 x it) with no refusal of a hot
 /// key since doubles as a guess does: that cut was below the partition's
@@ -788,6 +794,27 @@ mod tests {
         h.answer(&written(t + 100.0, 1.0));
         assert!(h.is_empty());
         assert_eq!(h.rate(), None);
+    }
+
+    #[test]
+    fn cuts_at_one_level_lengthen_the_climb_back_once_only() {
+        // A partition that refuses the range's keys again and again at about
+        // one level (a shallow bucket its cold keys empty in clumps): the
+        // climb back takes 2 x PROBE, not up to 16 x.
+        let mut h = HotKeys::default();
+        h.answer(&refusal(0.0, "k", false));
+        h.answer(&refusal(0.5, "k", true));
+        h.answer(&refusal(1.0, "k", true));
+        let mut t = 1.0;
+        for _ in 0..4 {
+            t = use_it(&mut h, t, t + 12.0);
+            t += 0.1;
+            assert_eq!(h.answer(&refusal(t, "k", true)), Some(Change::Cut));
+        }
+        let level = h.rate().unwrap() / DECREASE;
+        use_it(&mut h, t, t + 2.0 * PROBE.as_secs_f64() + 0.5);
+        let back = h.rate().unwrap();
+        assert!(back >= 0.98 * level, "{back} of {level} after 20 s");
     }
 
     #[test]
