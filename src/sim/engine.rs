@@ -470,6 +470,14 @@ impl<'a> Run<'a> {
         }
         l.to_pace = None;
         l.sent_at = t;
+        // Hot as the request leaves, as the writer reads it: keys may have
+        // turned hot while it waited at the pacer (another lane's answer).
+        if let (Some(h), Some(ks)) = (cl.hot.as_ref(), &self.keys) {
+            l.hot_sent = l.keys[..l.sending]
+                .iter()
+                .map(|k| !h.is_empty() && h.is_hot(&ks.names[*k as usize]))
+                .collect();
+        }
         let latency_ms = draw(&self.sc.clients.latency_ms, &mut cl.rng);
         l.latency = Duration::from_secs_f64(latency_ms / 1e3);
         let arrive = t + l.latency / 2;
@@ -562,10 +570,11 @@ impl<'a> Run<'a> {
             cl.warm = warm;
             cl.strategy.warm(warm);
         }
-        let estimate = cl.window.remaining(t, a.accepted_units, capacity);
-        // Refusals only of keys already paced apart are not the table's.
+        // Refusals only of keys already paced apart are not the table's
+        // (nor, as in the worker, is what was accepted then in its window).
         let d = match heard {
             Some(((kind, sent_units), range_held)) => {
+                let estimate = cl.window.remaining(t, a.accepted_units, capacity);
                 let fb = Feedback {
                     now: t,
                     throttled: kind != Throttled::No,

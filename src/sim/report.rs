@@ -38,7 +38,8 @@ pub struct Score {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub least_client_share: Option<f64>,
     /// With partitions: what the busiest partition admitted over its
-    /// maximum x the run's length (the hot range's bound is reached at 1).
+    /// maximum x the run's length (the hot range's bound is reached at 1;
+    /// the partition's full bucket at the start can take it a little past).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busiest_partition_use: Option<f64>,
 }

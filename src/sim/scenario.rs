@@ -106,10 +106,12 @@ pub struct Server {
 }
 
 impl Server {
-    /// Each partition's bucket, seconds of its maximum.
+    /// Each partition's bucket, seconds of its maximum: `partition_burst_s`,
+    /// or the table's bucket's (1 s on an on-demand table).
     pub fn partition_depth_s(&self) -> f64 {
-        self.partition_burst_s.unwrap_or_else(|| {
-            self.capacity.unwrap_or(self.refill_per_s) / self.refill_per_s.max(f64::MIN_POSITIVE)
+        self.partition_burst_s.unwrap_or(match self.model {
+            Model::OnDemand => 1.0,
+            _ => self.capacity.unwrap_or(self.refill_per_s) / self.refill_per_s,
         })
     }
 }
@@ -391,10 +393,15 @@ impl Scenario {
                     sv.partition_max_per_s
                 ));
             }
-            if !(positive(sv.partition_depth_s()) && sv.partition_depth_s().is_finite()) {
+            let depth = sv.partition_depth_s();
+            if !(positive(depth) && depth.is_finite()) {
                 return bad(format!(
-                    "server.partition_burst_s = {}: must be > 0",
-                    sv.partition_depth_s()
+                    "server.partition_burst_s = {depth}{}: must be > 0",
+                    if sv.partition_burst_s.is_none() {
+                        " (by default the table's bucket, in seconds)"
+                    } else {
+                        ""
+                    }
                 ));
             }
             if self.clients.keys.is_none() {
@@ -451,7 +458,8 @@ impl Scenario {
                 && k.hot_share < 1.0)
             {
                 return bad(format!(
-                    "clients.keys = {k:?}: count must be 1-1000000, zipf_s >= 0, hot_share in [0, 1)"
+                    "clients.keys = {{ count = {}, zipf_s = {}, hot_share = {} }}: count must be 1-1000000, zipf_s >= 0, hot_share in [0, 1)",
+                    k.count, k.zipf_s, k.hot_share
                 ));
             }
         }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use crate::bucket::Bucket;
-use crate::proxy::on_demand::OnDemand;
+use crate::proxy::on_demand::{OnDemand, Refusal};
 use crate::proxy::partitions::Partitions;
 
 use super::scenario::{Model, Server as ServerCfg, Step};
@@ -251,10 +251,20 @@ impl Server {
             let mut accepted = vec![false; costs.len()];
             for (i, &c) in costs.iter().enumerate() {
                 let part = parts.get(i).copied().unwrap_or(0).min(admitted.len() - 1);
+                // As the proxy admits (`src/proxy/table.rs`): the table's
+                // bucket first; an on-demand table not yet scaled to the
+                // demand refuses as a key range does.
                 let table = match &mut self.kind {
                     Kind::Dynamo(b) => b.try_take(c, now),
-                    Kind::OnDemand(od) => od.try_take(c, now).is_ok(),
-                    Kind::Tokens(_) => unreachable!("partitions only for dynamodb and on-demand"),
+                    Kind::OnDemand(od) => match od.try_take(c, now) {
+                        Ok(()) => true,
+                        Err(Refusal::Peak) => {
+                            key_range[i] = true;
+                            false
+                        }
+                        Err(Refusal::Max) => false,
+                    },
+                    Kind::Tokens(_) => false, // not allowed by the scenario's checks
                 };
                 if !table {
                     continue;

@@ -483,6 +483,11 @@ fn compose(ctl: &Control, remaining: Vec<Slot>) -> (Vec<Slot>, Vec<Slot>, Durati
     let (send, rest, wait) = request::compose(&units, &hot, ctl.max_request_units(), |i| {
         ctl.hot_admit(remaining[i].wcu())
     });
+    debug_assert_eq!(
+        send.len() + rest.len(),
+        remaining.len(),
+        "every slot placed once"
+    );
     let mut slots: Vec<Option<Slot>> = remaining.into_iter().map(Some).collect();
     let mut take = |idx: Vec<usize>| -> Vec<Slot> {
         idx.into_iter().filter_map(|i| slots[i].take()).collect()

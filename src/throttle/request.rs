@@ -1,9 +1,10 @@
 //! One request's making and reading, item by item: which items of a batch
 //! the next request carries (hot keys' as the hot range's pace lets them
 //! go, then cold ones in the room left), and what its answer tells the hot
-//! range and the table's strategy. Pure: the writer (`sink::writer`) and
-//! `ingest sim` both use it, so the simulator's clients make and read
-//! requests exactly as a worker does.
+//! range and the table's strategy. Pure (time and the hot range's pace
+//! come from the caller): the writer (`sink::writer`) and `ingest sim` both
+//! use it, so the simulator's clients make and read requests as a worker
+//! does.
 
 use std::time::Duration;
 
@@ -108,7 +109,7 @@ pub struct Read<'k> {
     pub table_refused: bool,
     /// Some refusal was read as no key range's at all.
     pub by_table: bool,
-    /// A key range refused some item.
+    /// Some refusal was read as a key range's.
     pub by_range: bool,
     /// Units sent and written (by the items' own cost).
     pub sent: f64,
