@@ -327,8 +327,17 @@ fn bad_scenarios_exit_2_naming_the_field() {
         .unwrap()
         .replace("keys = {", "# keys = {");
     std::fs::write(&keyless, text).unwrap();
+    let keyless_entry = dir.join("keyless-entry.toml");
+    let text = std::fs::read_to_string(scenario("heroku"))
+        .unwrap()
+        .replacen("[[strategy]]", "[[strategy]]\nhot_keys = false", 1);
+    std::fs::write(&keyless_entry, text).unwrap();
     for (path, want) in [
         (bad.clone(), "clients.count = 0"),
+        (
+            keyless_entry,
+            "strategy[0].hot_keys: only with clients.keys",
+        ),
         (
             keyless,
             "server.partitions: needs clients.keys (which partition an item goes to)",

@@ -11,6 +11,14 @@
 //! composed and holds it while its cost is paced (and, while the strategy
 //! probes, until its answer): the other lanes wait for the turn in order.
 //!
+//! With `clients.keys`, each item has a partition key, and a client makes
+//! and reads its requests as the writer does ([`request`]): hot keys' items
+//! go as the hot range's pace ([`HotKeys`]) lets them, then cold ones in
+//! the room left; which keys are hot is read again as the request leaves;
+//! an answer is read item by item for the hot range and for the table's
+//! strategy. A lane whose items are all hot and none due gives the pacer's
+//! turn on and comes back for it when one is.
+//!
 //! Events are ordered by (time, sequence number), and every random draw comes
 //! from a generator seeded by (scenario seed, client), so a run is a pure
 //! function of the scenario: the same scenario and seed give the same numbers,

@@ -260,14 +260,21 @@ pub fn spread(runs: &[Vec<Score>]) -> Vec<Spread> {
 
 /// The human table of [`spread`].
 pub fn spread_table(scenario: &str, seeds: &str, rows: &[Spread]) -> String {
-    let mut s = format!(
-        "scenario {scenario}, seeds {seeds}\n{:<32} {:>10} {:>15} {:>12} {:>10} {:>12}\n",
-        "strategy", "throttled", "util", "x ideal, most", "least job", "least client"
-    );
     let partitioned = rows.iter().any(|r| r.busiest_partition_use.is_some());
-    if partitioned {
-        s = s.replacen("least client\n", "least client  busiest partition\n", 1);
-    }
+    let mut s = format!(
+        "scenario {scenario}, seeds {seeds}\n{:<32} {:>10} {:>15} {:>12} {:>10} {:>12}{}\n",
+        "strategy",
+        "throttled",
+        "util",
+        "x ideal, most",
+        "least job",
+        "least client",
+        if partitioned {
+            "  busiest partition"
+        } else {
+            ""
+        }
+    );
     for r in rows {
         let job = r
             .least_job_share

@@ -522,6 +522,11 @@ impl Scenario {
             };
             // The worker's `throttle.hot_keys`, per strategy entry.
             let hot_keys = match t.remove("hot_keys") {
+                Some(toml::Value::Boolean(_)) if self.clients.keys.is_none() => {
+                    return Err(SimError::Invalid(format!(
+                        "strategy[{i}].hot_keys: only with clients.keys (items have no keys to pace apart)"
+                    )))
+                }
                 Some(toml::Value::Boolean(b)) => b,
                 Some(other) => {
                     return Err(SimError::Invalid(format!(
