@@ -312,26 +312,28 @@ fn the_command_spreads_a_scenario_over_seeds() {
 fn bad_scenarios_exit_2_naming_the_field() {
     let dir = std::env::temp_dir().join(format!("ingest-sim-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bad = dir.join("bad.toml");
-    let text = std::fs::read_to_string(scenario("heroku"))
-        .unwrap()
-        .replace("count = 10", "count = 0");
-    std::fs::write(&bad, text).unwrap();
-    let skewed = dir.join("skewed.toml");
-    let text = std::fs::read_to_string(scenario("heroku"))
-        .unwrap()
-        .replace("[clients]", "[clients]\nclock_skew_ms = -5");
-    std::fs::write(&skewed, text).unwrap();
-    let keyless = dir.join("keyless.toml");
-    let text = std::fs::read_to_string(scenario("hot-range"))
-        .unwrap()
-        .replace("keys = {", "# keys = {");
-    std::fs::write(&keyless, text).unwrap();
-    let keyless_entry = dir.join("keyless-entry.toml");
-    let text = std::fs::read_to_string(scenario("heroku"))
-        .unwrap()
-        .replacen("[[strategy]]", "[[strategy]]\nhot_keys = false", 1);
-    std::fs::write(&keyless_entry, text).unwrap();
+    // A shipped scenario with one text replaced, written as `name`.
+    let variant = |name: &str, from: &str, find: &str, put: &str| {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(scenario(from)).unwrap();
+        assert!(text.contains(find), "{from} has {find:?}");
+        std::fs::write(&path, text.replacen(find, put, 1)).unwrap();
+        path
+    };
+    let bad = variant("bad.toml", "heroku", "count = 10", "count = 0");
+    let skewed = variant(
+        "skewed.toml",
+        "heroku",
+        "[clients]",
+        "[clients]\nclock_skew_ms = -5",
+    );
+    let keyless = variant("keyless.toml", "hot-range", "keys = {", "# keys = {");
+    let keyless_entry = variant(
+        "keyless-entry.toml",
+        "heroku",
+        "[[strategy]]",
+        "[[strategy]]\nhot_keys = false",
+    );
     for (path, want) in [
         (bad.clone(), "clients.count = 0"),
         (

@@ -165,6 +165,11 @@ impl KeySpace {
         }
     }
 
+    /// The names of these keys.
+    fn named<'a>(&'a self, keys: &'a [u32]) -> impl Iterator<Item = &'a str> {
+        keys.iter().map(|k| self.names[*k as usize].as_str())
+    }
+
     fn draw(&self, rng: &mut SmallRng) -> u32 {
         if self.hot_share > 0.0 && rng.random::<f64>() < self.hot_share {
             return 0;
@@ -439,11 +444,7 @@ impl<'a> Run<'a> {
                     (Some(h), Some(ks)) => {
                         // As the writer composes: hot keys' items as their
                         // range's pace lets them go, then cold ones.
-                        let hot: Vec<bool> = l
-                            .keys
-                            .iter()
-                            .map(|k| !h.is_empty() && h.is_hot(&ks.names[*k as usize]))
-                            .collect();
+                        let hot = h.which_hot(ks.named(&l.keys));
                         let pending = &l.pending;
                         let (send, rest, wait) =
                             request::compose(pending, &hot, limit, |i| h.admit(t, pending[i]));
@@ -459,10 +460,7 @@ impl<'a> Run<'a> {
                         l.pending = order.iter().map(|&i| l.pending[i]).collect();
                         l.keys = order.iter().map(|&i| l.keys[i]).collect();
                     }
-                    _ => {
-                        l.sending = leading_within(l.pending.iter().copied(), limit);
-                        l.hot_sent = vec![false; l.sending];
-                    }
+                    _ => l.sending = leading_within(l.pending.iter().copied(), limit),
                 }
                 l.pending[..l.sending].iter().sum::<f64>().ceil() as u32
             }
@@ -481,10 +479,7 @@ impl<'a> Run<'a> {
         // Hot as the request leaves, as the writer reads it: keys may have
         // turned hot while it waited at the pacer (another lane's answer).
         if let (Some(h), Some(ks)) = (cl.hot.as_ref(), &self.keys) {
-            l.hot_sent = l.keys[..l.sending]
-                .iter()
-                .map(|k| !h.is_empty() && h.is_hot(&ks.names[*k as usize]))
-                .collect();
+            l.hot_sent = h.which_hot(ks.named(&l.keys[..l.sending]));
         }
         let latency_ms = draw(&self.sc.clients.latency_ms, &mut cl.rng);
         l.latency = Duration::from_secs_f64(latency_ms / 1e3);

@@ -173,42 +173,15 @@ pub struct Spread {
     /// The least `busiest_partition_use` in any seed (with partitions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busiest_partition_use: Option<f64>,
-    /// Each seed's own figures, seed 1 first: which seeds make the
-    /// extremes above.
-    pub per_seed: Vec<SeedScore>,
+    /// Each seed's own scores, seed 1 first: which seeds make the extremes
+    /// above.
+    pub per_seed: Vec<Score>,
 }
 
-/// One seed's figures in a [`Spread`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SeedScore {
-    pub seed: usize,
-    pub throttled_rate: f64,
-    pub utilization: f64,
-    pub requests_vs_ideal: f64,
+impl Score {
     /// The least job's share (None with one job).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub least_job_share: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub least_client_share: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub busiest_partition_use: Option<f64>,
-}
-
-impl SeedScore {
-    fn of(seed: usize, s: &Score) -> Self {
-        Self {
-            seed,
-            throttled_rate: if s.requests > 0 {
-                s.throttled as f64 / s.requests as f64
-            } else {
-                0.0
-            },
-            utilization: s.utilization,
-            requests_vs_ideal: s.requests_vs_ideal,
-            least_job_share: s.group_shares.iter().copied().reduce(f64::min),
-            least_client_share: s.least_client_share,
-            busiest_partition_use: s.busiest_partition_use,
-        }
+    pub fn least_job_share(&self) -> Option<f64> {
+        self.group_shares.iter().copied().reduce(f64::min)
     }
 }
 
@@ -227,10 +200,6 @@ pub fn spread(runs: &[Vec<Score>]) -> Vec<Spread> {
         .enumerate()
         .map(|(i, s)| {
             let all: Vec<&Score> = runs.iter().filter_map(|r| r.get(i)).collect();
-            let per_seed: Vec<SeedScore> = (1..)
-                .zip(runs)
-                .filter_map(|(seed, r)| r.get(i).map(|s| SeedScore::of(seed, s)))
-                .collect();
             let requests: u64 = all.iter().map(|s| s.requests).sum();
             let throttled: u64 = all.iter().map(|s| s.throttled).sum();
             Spread {
@@ -249,10 +218,10 @@ pub fn spread(runs: &[Vec<Score>]) -> Vec<Spread> {
                     .fold(f64::INFINITY, f64::min),
                 utilization_max: all.iter().map(|s| s.utilization).fold(0.0, f64::max),
                 requests_vs_ideal_max: all.iter().map(|s| s.requests_vs_ideal).fold(0.0, f64::max),
-                least_job_share: per_seed.iter().map(|s| s.least_job_share).fold(None, min),
+                least_job_share: all.iter().map(|s| s.least_job_share()).fold(None, min),
                 least_client_share: all.iter().map(|s| s.least_client_share).fold(None, min),
                 busiest_partition_use: all.iter().map(|s| s.busiest_partition_use).fold(None, min),
-                per_seed,
+                per_seed: all.into_iter().cloned().collect(),
             }
         })
         .collect()
@@ -423,17 +392,9 @@ mod tests {
         assert_eq!(s.least_job_share, Some(0.3));
         assert_eq!(s.least_client_share, Some(0.7));
         // Each seed's own figures, to tell which seed made an extreme.
-        let seeds: Vec<_> = s
-            .per_seed
-            .iter()
-            .map(|p| (p.seed, p.throttled_rate, p.utilization, p.least_job_share))
-            .collect();
-        assert_eq!(
-            seeds,
-            vec![(1, 0.01, 0.9, Some(0.4)), (2, 0.03, 0.8, Some(0.3))]
-        );
-        assert_eq!(s.per_seed[1].least_client_share, None);
-        assert_eq!(s.per_seed[0].requests_vs_ideal, 1.0);
+        assert_eq!(s.per_seed, vec![runs[0][0].clone(), runs[1][0].clone()]);
+        let least_jobs: Vec<_> = s.per_seed.iter().map(Score::least_job_share).collect();
+        assert_eq!(least_jobs, vec![Some(0.4), Some(0.3)]);
         assert!(spread(&[]).is_empty());
         let table = spread_table("x", "1-2", &spread(&runs));
         assert!(

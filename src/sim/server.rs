@@ -500,4 +500,32 @@ mod tests {
         );
         assert_eq!(plain.busiest_partition_use(s(1.0)), None);
     }
+
+    #[test]
+    fn an_on_demand_table_not_yet_scaled_refuses_as_a_key_range_does() {
+        // No maximum; a new table admits 100 units/s at first (its previous
+        // peak, 50, twice over): past that, the proxy answers with the key
+        // range's reason, and so does the simulator.
+        let mut c = cfg(Model::OnDemand, None, 0.0);
+        c.on_demand_start = 100.0;
+        c.partitions = Some(4);
+        assert_eq!(
+            c.partition_depth_s(),
+            1.0,
+            "an on-demand table's bucket: 1 s"
+        );
+        let mut sv = Server::new(&c, false);
+        let parts: Vec<usize> = (0..300).map(|i| i % 4).collect();
+        let a = sv.request(&[1.0; 300], &parts, s(0.0));
+        let refused: Vec<usize> = (0..300).filter(|i| !a.accepted[*i]).collect();
+        assert!(
+            a.accepted_items() <= 100 && !refused.is_empty(),
+            "{}",
+            a.accepted_items()
+        );
+        assert!(
+            refused.iter().all(|i| a.key_range[*i]),
+            "every refusal the peak's, read as a key range's"
+        );
+    }
 }

@@ -438,38 +438,35 @@ mod tests {
     #[test]
     fn throttling_reasons_give_the_throttles_scope() {
         use ThrottleScope::*;
-        assert_eq!(ThrottleScope::of([]), Table, "no reason: the table");
-        assert_eq!(
-            ThrottleScope::of(["TableWriteKeyRangeThroughputExceeded"]),
-            KeyRange
-        );
-        assert_eq!(
-            ThrottleScope::of([
-                "TableWriteKeyRangeThroughputExceeded",
-                "TableWriteProvisionedThroughputExceeded"
-            ]),
-            Table,
-            "the table's capacity wins"
-        );
-        assert_eq!(
-            ThrottleScope::of(["TableWriteMaxOnDemandThroughputExceeded"]),
-            Ceiling
-        );
-        assert_eq!(
-            ThrottleScope::of(["IndexWriteAccountLimitExceeded"]),
-            Ceiling
-        );
-        // An index's key range: pacing the table's keys apart does not
-        // follow the index's key, so it is the table's signal.
-        assert_eq!(
-            ThrottleScope::of(["IndexWriteKeyRangeThroughputExceeded"]),
-            Table
-        );
-        assert_eq!(
-            ThrottleScope::of(["IndexWriteProvisionedThroughputExceeded"]),
-            Table
-        );
-        assert_eq!(ThrottleScope::of(["SomethingNew"]), Table);
+        let cases: [(&[&str], ThrottleScope, &str); 8] = [
+            (&[], Table, "no reason: the table"),
+            (&["TableWriteKeyRangeThroughputExceeded"], KeyRange, ""),
+            (
+                &[
+                    "TableWriteKeyRangeThroughputExceeded",
+                    "TableWriteProvisionedThroughputExceeded",
+                ],
+                Table,
+                "the table's capacity wins",
+            ),
+            (&["TableWriteMaxOnDemandThroughputExceeded"], Ceiling, ""),
+            (&["IndexWriteAccountLimitExceeded"], Ceiling, ""),
+            // Pacing the table's keys apart does not follow the index's key.
+            (
+                &["IndexWriteKeyRangeThroughputExceeded"],
+                Table,
+                "an index's key range: the table's signal",
+            ),
+            (&["IndexWriteProvisionedThroughputExceeded"], Table, ""),
+            (&["SomethingNew"], Table, "an unknown reason"),
+        ];
+        for (reasons, want, why) in cases {
+            assert_eq!(
+                ThrottleScope::of(reasons.iter().copied()),
+                want,
+                "{reasons:?}: {why}"
+            );
+        }
     }
 
     #[test]

@@ -156,10 +156,7 @@ impl Control {
     /// (no key is hashed while none is hot, the common case).
     pub fn which_hot<'a>(&self, keys: impl Iterator<Item = &'a str>) -> Vec<bool> {
         match &self.hot {
-            Some(h) => {
-                let h = h.lock();
-                keys.map(|k| !h.is_empty() && h.is_hot(k)).collect()
-            }
+            Some(h) => h.lock().which_hot(keys),
             None => keys.map(|_| false).collect(),
         }
     }

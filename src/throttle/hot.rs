@@ -282,6 +282,12 @@ impl HotKeys {
         self.keys.contains_key(key)
     }
 
+    /// Which of these keys are hot (none is hashed while none is hot, the
+    /// common case).
+    pub fn which_hot<'a>(&self, keys: impl Iterator<Item = &'a str>) -> Vec<bool> {
+        keys.map(|k| !self.is_empty() && self.is_hot(k)).collect()
+    }
+
     /// Hot keys now.
     pub fn len(&self) -> usize {
         self.keys.len()
@@ -760,13 +766,19 @@ mod tests {
         assert_eq!(g.rate(), Some(200.0));
     }
 
-    #[test]
-    fn the_rate_climbs_back_while_used_and_a_range_left_alone_is_forgotten() {
+    /// A range found at 0 s and its key refused at 0.5 s and 1 s: no longer
+    /// a guess, its rate climbs along the curve.
+    fn cut_twice() -> HotKeys {
         let mut h = HotKeys::default();
         h.answer(&refusal(0.0, "k", false));
-        // Two refusals of the hot key: no longer a guess, the curve climbs.
         h.answer(&refusal(0.5, "k", true));
         h.answer(&refusal(1.0, "k", true));
+        h
+    }
+
+    #[test]
+    fn the_rate_climbs_back_while_used_and_a_range_left_alone_is_forgotten() {
+        let mut h = cut_twice();
         let start = h.rate().unwrap();
         let t = use_it(&mut h, 1.0, 11.0);
         let back = h.rate().unwrap();
@@ -801,10 +813,7 @@ mod tests {
         // A partition that refuses the range's keys again and again at about
         // one level (a shallow bucket its cold keys empty in clumps): the
         // climb back takes 2 x PROBE, not up to 16 x.
-        let mut h = HotKeys::default();
-        h.answer(&refusal(0.0, "k", false));
-        h.answer(&refusal(0.5, "k", true));
-        h.answer(&refusal(1.0, "k", true));
+        let mut h = cut_twice();
         let mut t = 1.0;
         for _ in 0..4 {
             t = use_it(&mut h, t, t + 12.0);
