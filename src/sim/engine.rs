@@ -580,9 +580,6 @@ impl<'a> Run<'a> {
                 let estimate = cl.window.remaining(t, a.accepted_units, capacity);
                 let fb = Feedback {
                     now: t,
-                    throttled: kind != Throttled::No,
-                    key_range: kind == Throttled::KeyRange,
-                    range_read: kind == Throttled::NewKeys,
                     range_held,
                     accepted_units: a.accepted_units,
                     sent_units,
@@ -591,6 +588,7 @@ impl<'a> Run<'a> {
                     level_units: a.remaining.map(|r| r * self.bucket_size),
                     capacity,
                     share: cl.share,
+                    ..kind.feedback()
                 };
                 cl.strategy.after_attempt(&fb)
             }

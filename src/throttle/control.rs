@@ -42,6 +42,19 @@ pub enum Throttled {
     NewKeys,
 }
 
+impl Throttled {
+    /// The feedback's reading of it: `throttled`, `key_range` and
+    /// `range_read` set (the rest default), for the caller to fill in.
+    pub fn feedback(self) -> Feedback {
+        Feedback {
+            throttled: self != Throttled::No,
+            key_range: self == Throttled::KeyRange,
+            range_read: self == Throttled::NewKeys,
+            ..Feedback::default()
+        }
+    }
+}
+
 /// Window of the accepted-rate estimate behind `remaining`.
 pub const REMAINING_WINDOW: Duration = Duration::from_secs(1);
 
@@ -399,9 +412,6 @@ impl Control {
             .remaining(now, accepted_units, capacity);
         let fb = Feedback {
             now,
-            throttled: throttled != Throttled::No,
-            key_range: throttled == Throttled::KeyRange,
-            range_read: throttled == Throttled::NewKeys,
             range_held: self.hot_holds(),
             accepted_units,
             sent_units,
@@ -410,6 +420,7 @@ impl Control {
             level_units: None,
             capacity,
             share,
+            ..throttled.feedback()
         };
         if fb.throttled {
             self.throttled.notify_one();
@@ -500,6 +511,18 @@ mod tests {
 
     fn burst() -> NonZeroU32 {
         NonZeroU32::new(25).unwrap()
+    }
+
+    #[test]
+    fn each_reading_of_a_throttle_sets_its_own_feedback_flags() {
+        let flags = |t: Throttled| {
+            let fb = t.feedback();
+            (fb.throttled, fb.key_range, fb.range_read)
+        };
+        assert_eq!(flags(Throttled::No), (false, false, false));
+        assert_eq!(flags(Throttled::Table), (true, false, false));
+        assert_eq!(flags(Throttled::KeyRange), (true, true, false));
+        assert_eq!(flags(Throttled::NewKeys), (true, false, true));
     }
 
     #[test]
