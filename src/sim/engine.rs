@@ -578,8 +578,12 @@ impl<'a> Run<'a> {
         let d = match heard {
             Some(((kind, sent_units), range_held)) => {
                 let estimate = cl.window.remaining(t, a.accepted_units, capacity);
+                let (throttled, key_range, range_read) = kind.flags();
                 let fb = Feedback {
                     now: t,
+                    throttled,
+                    key_range,
+                    range_read,
                     range_held,
                     accepted_units: a.accepted_units,
                     sent_units,
@@ -588,7 +592,6 @@ impl<'a> Run<'a> {
                     level_units: a.remaining.map(|r| r * self.bucket_size),
                     capacity,
                     share: cl.share,
-                    ..kind.feedback()
                 };
                 cl.strategy.after_attempt(&fb)
             }

@@ -43,15 +43,14 @@ pub enum Throttled {
 }
 
 impl Throttled {
-    /// The feedback's reading of it: `throttled`, `key_range` and
-    /// `range_read` set (the rest default), for the caller to fill in.
-    pub fn feedback(self) -> Feedback {
-        Feedback {
-            throttled: self != Throttled::No,
-            key_range: self == Throttled::KeyRange,
-            range_read: self == Throttled::NewKeys,
-            ..Feedback::default()
-        }
+    /// Its reading as `Feedback`'s flags: (`throttled`, `key_range`,
+    /// `range_read`).
+    pub fn flags(self) -> (bool, bool, bool) {
+        (
+            self != Throttled::No,
+            self == Throttled::KeyRange,
+            self == Throttled::NewKeys,
+        )
     }
 }
 
@@ -410,8 +409,12 @@ impl Control {
             .accepted
             .lock()
             .remaining(now, accepted_units, capacity);
+        let (is_throttled, key_range, range_read) = throttled.flags();
         let fb = Feedback {
             now,
+            throttled: is_throttled,
+            key_range,
+            range_read,
             range_held: self.hot_holds(),
             accepted_units,
             sent_units,
@@ -420,7 +423,6 @@ impl Control {
             level_units: None,
             capacity,
             share,
-            ..throttled.feedback()
         };
         if fb.throttled {
             self.throttled.notify_one();
@@ -515,10 +517,7 @@ mod tests {
 
     #[test]
     fn each_reading_of_a_throttle_sets_its_own_feedback_flags() {
-        let flags = |t: Throttled| {
-            let fb = t.feedback();
-            (fb.throttled, fb.key_range, fb.range_read)
-        };
+        let flags = Throttled::flags;
         assert_eq!(flags(Throttled::No), (false, false, false));
         assert_eq!(flags(Throttled::Table), (true, false, false));
         assert_eq!(flags(Throttled::KeyRange), (true, true, false));
