@@ -229,18 +229,7 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         let next = match step {
             Step::NewRequest => run.new_request(cl, id.1, t),
             Step::Pace => run.pace(cl, id, t),
-            Step::Arrive => {
-                let l = &mut cl.lanes[id.1];
-                let parts: Vec<usize> = match &run.keys {
-                    Some(ks) => l.keys[..l.sending]
-                        .iter()
-                        .map(|k| ks.partitions[*k as usize])
-                        .collect(),
-                    None => Vec::new(),
-                };
-                l.answer = Some(run.server.request(&l.pending[..l.sending], &parts, t));
-                Next::At(l.sent_at + l.latency, Step::Answer)
-            }
+            Step::Arrive => run.arrive(cl, id.1, t),
             Step::Answer => run.answer(cl, id, t),
         };
         match next {
@@ -492,6 +481,21 @@ impl<'a> Run<'a> {
         Next::At(arrive, Step::Arrive)
     }
 
+    /// A lane's request reaches the server at `t`: the server answers it
+    /// now; the client hears the answer a round trip after it was sent.
+    fn arrive(&mut self, cl: &mut Client, lane: usize, t: Duration) -> Next {
+        let l = &mut cl.lanes[lane];
+        let parts: Vec<usize> = match &self.keys {
+            Some(ks) => l.keys[..l.sending]
+                .iter()
+                .map(|k| ks.partitions[*k as usize])
+                .collect(),
+            None => Vec::new(),
+        };
+        l.answer = Some(self.server.request(&l.pending[..l.sending], &parts, t));
+        Next::At(l.sent_at + l.latency, Step::Answer)
+    }
+
     /// The answer: keep what is left, tell the strategy, record the attempt.
     fn answer(&mut self, cl: &mut Client, id: (usize, usize), t: Duration) -> Next {
         let (client, lane) = id;
@@ -635,5 +639,119 @@ impl<'a> Run<'a> {
             Step::Pace
         };
         Next::At(t + d, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::throttle::hot::DECREASE;
+
+    /// Two lanes, one key ("k1"), 2-unit items its 1-unit partition always
+    /// refuses (the table has room); paced at 2 units/s, bursts of 2. The
+    /// strategy does not probe, so the first lane hands the pacer's turn on
+    /// as it sends.
+    const HOT_AT_SEND: &str = r#"
+        name = "hot-at-send"
+        duration_s = 10
+        [server]
+        model = "dynamodb"
+        refill_per_s = 1000
+        partitions = 1
+        partition_max_per_s = 1
+        [clients]
+        count = 1
+        cost = 2
+        items = 1
+        latency_ms = 10.0
+        pacing_rate = 2.0
+        pacing_burst = 2
+        in_flight = 2
+        keys = { count = 1 }
+        [[strategy]]
+        name = "exponential"
+    "#;
+
+    fn advance(clock: &FakeRelativeClock, now: &mut Duration, to: Duration) {
+        if to > *now {
+            clock.advance(to - *now);
+            *now = to;
+        }
+    }
+
+    /// The request reaches the server; returns when its answer is heard.
+    fn arrive(run: &mut Run<'_>, cl: &mut Client, lane: usize, t: Duration) -> Duration {
+        match run.arrive(cl, lane, t) {
+            Next::At(heard, Step::Answer) => heard,
+            _ => panic!("an answer follows an arrival"),
+        }
+    }
+
+    #[test]
+    fn a_key_turned_hot_while_a_request_waits_at_the_pacer_is_read_as_hot_when_it_leaves() {
+        let sc = Scenario::parse(HOT_AT_SEND).unwrap();
+        let config = sc.entries().unwrap().remove(0).config;
+        let clock = FakeRelativeClock::default();
+        let mut now = Duration::ZERO;
+        let mut run = Run::new(&sc, Mode::Main);
+        let mut cl = run.client(0, &config, true, &clock);
+        for lane in 0..2 {
+            assert!(matches!(
+                run.new_request(&mut cl, lane, now),
+                Next::At(t, Step::Pace) if t.is_zero()
+            ));
+            assert_eq!(cl.lanes[lane].keys, [1], "k1");
+        }
+        // Lane 0 takes the pacer's burst and leaves; lane 1 is composed
+        // now, k1 not hot yet, and waits at the pacer.
+        let Next::At(arrive0, Step::Arrive) = run.pace(&mut cl, (0, 0), now) else {
+            panic!("lane 0 leaves at once");
+        };
+        let Next::At(mut paced, Step::Pace) = run.pace(&mut cl, (0, 1), now) else {
+            panic!("lane 1 waits at the pacer");
+        };
+        // Lane 0's answer: k1's partition refused it, the table had room:
+        // k1 turns hot, and the table's strategy hears it (not hot as it left).
+        let heard0 = arrive(&mut run, &mut cl, 0, arrive0);
+        assert!(
+            heard0 < paced,
+            "answered while lane 1 waits: {heard0:?}, {paced:?}"
+        );
+        advance(&clock, &mut now, heard0);
+        run.answer(&mut cl, (0, 0), heard0);
+        let hot = cl.hot.as_ref().expect("hot keys paced apart");
+        assert!(hot.is_hot("k1"));
+        let found = hot.rate().expect("a hot range found");
+        assert_eq!(cl.strategy.metrics().went_up, 1);
+        // Lane 1 leaves once the pacer lets it, k1 hot by then.
+        let arrive1 = loop {
+            advance(&clock, &mut now, paced);
+            match run.pace(&mut cl, (0, 1), paced) {
+                Next::At(t, Step::Pace) => paced = t,
+                Next::At(t, Step::Arrive) => break t,
+                _ => panic!("lane 1 holds the pacer's turn"),
+            }
+        };
+        let heard1 = arrive(&mut run, &mut cl, 1, arrive1);
+        advance(&clock, &mut now, heard1);
+        run.answer(&mut cl, (0, 1), heard1);
+        // k1 refused again: the refusal of a key hot as the request left is
+        // the hot range's (it cuts it), not the table's (its strategy does
+        // not hear it). Read as of composing, it was a new key's: the table
+        // slowed again, and the range was not cut.
+        assert_eq!(
+            cl.strategy.metrics().went_up,
+            1,
+            "the table's strategy heard a hot key's refusal as a throttle"
+        );
+        let rate = cl.hot.as_ref().unwrap().rate().unwrap();
+        assert!(
+            (rate - DECREASE * found).abs() < 1e-9,
+            "the hot range was not cut: {rate} after {found}"
+        );
+        assert_eq!(cl.lanes[1].hot_sent, [true], "k1 hot as lane 1 left");
+        // The trace cannot tell: both attempts are throttled either way.
+        assert_eq!(run.out.attempts.len(), 2);
+        assert!(run.out.attempts.iter().all(|a| a.throttled));
     }
 }
