@@ -102,6 +102,8 @@ struct Lane {
 }
 
 struct Client {
+    /// Its index among the scenario's clients.
+    index: usize,
     strategy: Box<dyn Strategy>,
     pacer: Pacer<FakeRelativeClock>,
     rng: SmallRng,
@@ -143,25 +145,53 @@ struct KeySpace {
     /// The Zipf law's cumulative weights, keys 1 to `count`.
     cdf: Vec<f64>,
     hot_share: f64,
+    /// With routed keys, per client: the keys it owns and their
+    /// cumulative weights (the hot key's `hot_share`, a Zipf key's the
+    /// rest of its law's).
+    owned: Option<Vec<(Vec<u32>, Vec<f64>)>>,
 }
 
 impl KeySpace {
-    fn new(k: &Keys, server: &Server) -> Self {
+    fn new(k: &Keys, server: &Server, sc: &Scenario) -> Self {
         let mut names = vec!["hot".to_string()];
         names.extend((1..=k.count).map(|i| format!("k{i}")));
         let partitions = names.iter().map(|n| server.partition_of(n)).collect();
         let mut total = 0.0;
-        let cdf = (1..=k.count)
+        let cdf: Vec<f64> = (1..=k.count)
             .map(|r| {
                 total += 1.0 / (r as f64).powf(k.zipf_s);
                 total
             })
             .collect();
+        let owned = k.routed.then(|| {
+            let weight = |key: usize| match key {
+                0 => k.hot_share,
+                r => (1.0 - k.hot_share) * (1.0 / (r as f64).powf(k.zipf_s)) / total,
+            };
+            (0..sc.clients.count)
+                .map(|i| {
+                    let group = sc.group_of(i);
+                    let n = sc.group_size(group) as u64;
+                    let rank = (0..i).filter(|j| sc.group_of(*j) == group).count() as u64;
+                    let mut acc = 0.0;
+                    names
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, name)| route(name) % n == rank)
+                        .map(|(key, _)| {
+                            acc += weight(key);
+                            (key as u32, acc)
+                        })
+                        .unzip()
+                })
+                .collect()
+        });
         Self {
             names,
             partitions,
             cdf,
             hot_share: k.hot_share,
+            owned,
         }
     }
 
@@ -170,7 +200,27 @@ impl KeySpace {
         keys.iter().map(|k| self.names[*k as usize].as_str())
     }
 
-    fn draw(&self, rng: &mut SmallRng) -> u32 {
+    /// With routed keys, client `i`'s part of its job's records (`job`:
+    /// the clients of its job).
+    fn weight(&self, i: usize, job: impl Iterator<Item = usize>) -> Option<f64> {
+        let owned = self.owned.as_ref()?;
+        let w = |j: usize| owned[j].1.last().copied().unwrap_or(0.0);
+        let total: f64 = job.map(w).sum();
+        Some(if total > 0.0 { w(i) / total } else { 0.0 })
+    }
+
+    /// Whether client `i` has records at all (routed keys: it owns a key).
+    fn has_records(&self, i: usize) -> bool {
+        self.owned.as_ref().is_none_or(|o| !o[i].0.is_empty())
+    }
+
+    /// A key of client `i`'s next record.
+    fn draw(&self, i: usize, rng: &mut SmallRng) -> u32 {
+        if let Some(owned) = &self.owned {
+            let (keys, cdf) = &owned[i];
+            let x = rng.random::<f64>() * cdf.last().copied().unwrap_or(0.0);
+            return keys[cdf.partition_point(|c| *c < x).min(keys.len() - 1)];
+        }
         if self.hot_share > 0.0 && rng.random::<f64>() < self.hot_share {
             return 0;
         }
@@ -178,6 +228,18 @@ impl KeySpace {
         let x = rng.random::<f64>() * total;
         (self.cdf.partition_point(|c| *c < x).min(self.cdf.len() - 1) + 1) as u32
     }
+}
+
+/// The client slot a key's records go to, as Kafka's partitioner hashes a
+/// record's key to a partition (FNV-1a of the name, salted so that it does
+/// not follow the table's partitions, which hash the bare name).
+fn route(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "kafka:".bytes().chain(name.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 fn draw(d: &Dist, rng: &mut SmallRng) -> f64 {
@@ -210,7 +272,10 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         .collect();
     for lane in 0..sc.clients.in_flight {
         for (i, cl) in clients.iter().enumerate() {
-            run.push(cl.start, (i, lane), Step::NewRequest);
+            // A client that owns no routed key has no records to write.
+            if run.keys.as_ref().is_none_or(|ks| ks.has_records(i)) {
+                run.push(cl.start, (i, lane), Step::NewRequest);
+            }
         }
     }
     let end = Duration::from_secs_f64(sc.duration_s);
@@ -287,7 +352,7 @@ impl<'a> Run<'a> {
             ),
         };
         let c = &sc.clients;
-        let keys = c.keys.as_ref().map(|k| KeySpace::new(k, &server));
+        let keys = c.keys.as_ref().map(|k| KeySpace::new(k, &server, sc));
         Run {
             sc,
             mode,
@@ -328,12 +393,22 @@ impl<'a> Run<'a> {
             strategy.prime(Duration::from_secs_f64(cl.start_sleep_s), mean_units);
         }
         let group = sc.group_of(i);
-        let share = c.know_share.then(|| 1.0 / sc.group_size(group) as f64);
+        // Its share of its job's work: an even one, or with routed keys its
+        // part of the job's records (as a worker's share by backlog is).
+        let job = || (0..c.count).filter(|j| sc.group_of(*j) == group);
+        let share_of = |j: usize| match self.keys.as_ref().and_then(|ks| ks.weight(j, job())) {
+            Some(w) => w,
+            None => 1.0 / sc.group_size(group) as f64,
+        };
+        let share = c.know_share.then(|| share_of(i));
         // Its part of its job's time slots, as a worker's partitions give
-        // it: the rank-th of the job's clients' equal parts.
+        // it: after the parts of the job's clients before it.
         let slot_parts = share.map(|w| {
-            let rank = (0..i).filter(|j| sc.group_of(*j) == group).count() as f64;
-            vec![(rank * w, (rank + 1.0) * w)]
+            let at: f64 = (0..i)
+                .filter(|j| sc.group_of(*j) == group)
+                .map(share_of)
+                .sum();
+            vec![(at, at + w)]
         });
         let warm = if c.know_capacity {
             let (capacity, warm) = self.server.described();
@@ -354,6 +429,7 @@ impl<'a> Run<'a> {
             Duration::ZERO
         };
         Client {
+            index: i,
             pacer: Pacer::with_clock(rate, self.burst, clock.clone()).with_wall_offset(skew),
             strategy,
             rng,
@@ -398,7 +474,7 @@ impl<'a> Run<'a> {
             .map(|_| draw(&c.cost, &mut cl.rng).ceil())
             .collect();
         if let Some(ks) = &self.keys {
-            cl.lanes[lane].keys = (0..c.items).map(|_| ks.draw(&mut cl.rng)).collect();
+            cl.lanes[lane].keys = (0..c.items).map(|_| ks.draw(cl.index, &mut cl.rng)).collect();
         }
         let d = cl.strategy.before_call(t);
         Next::At(t + d, Step::Pace)
@@ -671,6 +747,78 @@ mod tests {
         [[strategy]]
         name = "exponential"
     "#;
+
+    /// The bench's hot range, keys routed to clients, two jobs of `n`.
+    fn routed(n: usize) -> Scenario {
+        let text = format!(
+            r#"
+            name = "routed"
+            duration_s = 10
+            [server]
+            model = "dynamodb"
+            refill_per_s = 150
+            partitions = 4
+            partition_max_per_s = 50
+            [clients]
+            count = {}
+            groups = 2
+            items = 25
+            know_capacity = true
+            know_share = true
+            keys = {{ count = 1000, zipf_s = 1.1, hot_share = 0.3, routed = true }}
+            [[strategy]]
+            name = "adaptive"
+            "#,
+            2 * n
+        );
+        Scenario::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn routed_keys_go_each_to_one_client_of_each_job_and_shares_follow_the_records() {
+        let sc = routed(3);
+        let config = sc.entries().unwrap().remove(0).config;
+        let clock = FakeRelativeClock::default();
+        let run = Run::new(&sc, Mode::Main);
+        let ks = run.keys.as_ref().unwrap();
+        let owned = ks.owned.as_ref().unwrap();
+        for job in 0..2 {
+            let clients: Vec<usize> = (0..6).filter(|i| sc.group_of(*i) == job).collect();
+            // Every key, the hot one too, belongs to exactly one client of
+            // the job.
+            for key in 0..=1000u32 {
+                let owners = clients.iter().filter(|i| owned[**i].0.contains(&key));
+                assert_eq!(owners.count(), 1, "key {key} in job {job}");
+            }
+            let shares: Vec<f64> = clients
+                .iter()
+                .map(|i| run.client(*i, &config, true, &clock).share.unwrap())
+                .collect();
+            assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{shares:?}");
+            // The hot key's owner has its 30% and more: the largest share.
+            let whale = clients.iter().position(|i| owned[*i].0.contains(&0)).unwrap();
+            assert!(shares[whale] > 0.3, "{shares:?}");
+            assert!(shares.iter().all(|s| *s <= shares[whale]), "{shares:?}");
+            // Slot parts tile the period in the job's order, each as wide
+            // as its share.
+            let mut at = 0.0;
+            for (k, i) in clients.iter().enumerate() {
+                let parts = run.client(*i, &config, true, &clock).slot_parts.unwrap();
+                assert_eq!(parts.len(), 1);
+                assert!((parts[0].0 - at).abs() < 1e-9 && (parts[0].1 - at - shares[k]).abs() < 1e-9);
+                at = parts[0].1;
+            }
+        }
+        // A client draws only the keys it owns, the hot one in its part.
+        let mut rng = SmallRng::seed_from_u64(7);
+        let whale = (0..6).find(|i| owned[*i].0.contains(&0)).unwrap();
+        let draws: Vec<u32> = (0..20_000).map(|_| ks.draw(whale, &mut rng)).collect();
+        assert!(draws.iter().all(|k| owned[whale].0.contains(k)));
+        let hot = draws.iter().filter(|k| **k == 0).count() as f64 / draws.len() as f64;
+        // Its share is its part of the job's records, 30% of them the hot key's.
+        let share = run.client(whale, &config, true, &clock).share.unwrap();
+        assert!((hot - 0.3 / share).abs() < 0.02, "{hot} of {share}");
+    }
 
     fn advance(clock: &FakeRelativeClock, now: &mut Duration, to: Duration) {
         if to > *now {

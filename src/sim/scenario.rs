@@ -119,6 +119,11 @@ impl Server {
 /// Items' partition keys: with probability `hot_share` the one hot key,
 /// otherwise one of `count` keys drawn from a Zipf law of exponent `zipf_s`
 /// (the bench's hot range: 1,000 keys, s = 1.1, a hot key with 30%).
+/// With `routed`, each key's records go to one client of its job, as
+/// Kafka's partitioner sends a key to one partition and so to one worker
+/// (the bench produces its records keyed by their partition key): a
+/// client draws from the keys it owns, in their proportions. Without it,
+/// every client draws from every key (records keyed by something else).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Keys {
@@ -127,6 +132,8 @@ pub struct Keys {
     pub zipf_s: f64,
     #[serde(default)]
     pub hot_share: f64,
+    #[serde(default)]
+    pub routed: bool,
 }
 
 /// A capacity change at `at_s` (auto scaling).
