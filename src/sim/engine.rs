@@ -474,7 +474,9 @@ impl<'a> Run<'a> {
             .map(|_| draw(&c.cost, &mut cl.rng).ceil())
             .collect();
         if let Some(ks) = &self.keys {
-            cl.lanes[lane].keys = (0..c.items).map(|_| ks.draw(cl.index, &mut cl.rng)).collect();
+            cl.lanes[lane].keys = (0..c.items)
+                .map(|_| ks.draw(cl.index, &mut cl.rng))
+                .collect();
         }
         let d = cl.strategy.before_call(t);
         Next::At(t + d, Step::Pace)
@@ -794,9 +796,15 @@ mod tests {
                 .iter()
                 .map(|i| run.client(*i, &config, true, &clock).share.unwrap())
                 .collect();
-            assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{shares:?}");
+            assert!(
+                (shares.iter().sum::<f64>() - 1.0).abs() < 1e-9,
+                "{shares:?}"
+            );
             // The hot key's owner has its 30% and more: the largest share.
-            let whale = clients.iter().position(|i| owned[*i].0.contains(&0)).unwrap();
+            let whale = clients
+                .iter()
+                .position(|i| owned[*i].0.contains(&0))
+                .unwrap();
             assert!(shares[whale] > 0.3, "{shares:?}");
             assert!(shares.iter().all(|s| *s <= shares[whale]), "{shares:?}");
             // Slot parts tile the period in the job's order, each as wide
@@ -805,7 +813,9 @@ mod tests {
             for (k, i) in clients.iter().enumerate() {
                 let parts = run.client(*i, &config, true, &clock).slot_parts.unwrap();
                 assert_eq!(parts.len(), 1);
-                assert!((parts[0].0 - at).abs() < 1e-9 && (parts[0].1 - at - shares[k]).abs() < 1e-9);
+                assert!(
+                    (parts[0].0 - at).abs() < 1e-9 && (parts[0].1 - at - shares[k]).abs() < 1e-9
+                );
                 at = parts[0].1;
             }
         }
