@@ -235,6 +235,22 @@ fn the_command_writes_json_chart_and_trace() {
     );
     let trace = std::fs::read_to_string(&csv).unwrap();
     assert!(trace.starts_with("strategy,client,t_s,wait_s"));
+    assert!(
+        trace.lines().next().unwrap().ends_with(",rule,rate"),
+        "the strategy's reading of each answer"
+    );
+    // Heroku's server reports its bucket's level: the default reads every
+    // answer as a level, and paces by a rate.
+    let adaptive: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.starts_with("adaptive,"))
+        .collect();
+    assert!(!adaptive.is_empty(), "{trace}");
+    for line in &adaptive {
+        let cols: Vec<&str> = line.split(',').collect();
+        assert_eq!(cols[8], "level", "{line}");
+        assert!(cols[9].parse::<f64>().is_ok_and(|r| r > 0.0), "{line}");
+    }
     let requests: u64 = report["strategies"]
         .as_array()
         .unwrap()

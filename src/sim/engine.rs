@@ -56,6 +56,11 @@ pub struct Attempt {
     pub accepted_units: f64,
     pub throttled: bool,
     pub remaining: Option<f64>,
+    /// Which of the strategy's rules read the answer (None: not the table's
+    /// to read, only paced hot keys were refused; or the strategy does not
+    /// say), and its rate after it: as the worker's `answer_read` event.
+    pub rule: Option<&'static str>,
+    pub rate: Option<f64>,
 }
 
 /// What one run produced.
@@ -657,7 +662,7 @@ impl<'a> Run<'a> {
         }
         // Refusals only of keys already paced apart are not the table's
         // (nor, as in the worker, is what was accepted then in its window).
-        let d = match heard {
+        let (d, rule) = match heard {
             Some(((kind, sent_units), range_held)) => {
                 let estimate = cl.window.remaining(t, a.accepted_units, capacity);
                 let (throttled, key_range, range_read) = kind.flags();
@@ -675,9 +680,9 @@ impl<'a> Run<'a> {
                     capacity,
                     share: cl.share,
                 };
-                cl.strategy.after_attempt(&fb)
+                (cl.strategy.after_attempt(&fb), cl.strategy.rule())
             }
-            None => Duration::ZERO,
+            None => (Duration::ZERO, None),
         };
         if let Some(r) = cl.strategy.rate() {
             let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
@@ -696,6 +701,8 @@ impl<'a> Run<'a> {
             accepted_units: a.accepted_units,
             throttled,
             remaining: a.remaining,
+            rule,
+            rate: cl.strategy.rate(),
         });
         l.wait_from = t;
         if let Mode::Clear = self.mode {

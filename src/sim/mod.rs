@@ -159,7 +159,8 @@ impl Results {
         chart::write(path, &self.scenario, duration_s, &runs)
     }
 
-    /// Writes every attempt as CSV.
+    /// Writes every attempt as CSV (a label holding a comma or a quote is
+    /// quoted, as RFC 4180 says: "adaptive, one rate").
     pub fn write_trace(&self, path: &Path) -> Result<(), SimError> {
         let io = |source| SimError::Io {
             path: path.display().to_string(),
@@ -169,26 +170,50 @@ impl Results {
         let mut w = std::io::BufWriter::new(f);
         writeln!(
             w,
-            "strategy,client,t_s,wait_s,units,accepted_units,throttled,remaining"
+            "strategy,client,t_s,wait_s,units,accepted_units,throttled,remaining,rule,rate"
         )
         .map_err(io)?;
         for (s, run) in self.scores.iter().zip(&self.runs) {
             for a in &run.attempts {
                 writeln!(
                     w,
-                    "{},{},{:.6},{:.6},{},{},{},{}",
-                    s.label,
+                    "{},{},{:.6},{:.6},{},{},{},{},{},{}",
+                    csv_field(&s.label),
                     a.client,
                     a.t_s,
                     a.wait_s,
                     a.units,
                     a.accepted_units,
                     a.throttled,
-                    a.remaining.map_or(String::new(), |r| format!("{r:.6}"))
+                    a.remaining.map_or(String::new(), |r| format!("{r:.6}")),
+                    a.rule.unwrap_or(""),
+                    a.rate.map_or(String::new(), |r| format!("{r:.3}"))
                 )
                 .map_err(io)?;
             }
         }
         w.flush().map_err(io)
+    }
+}
+
+/// One CSV field: quoted, its quotes doubled, if it holds a comma, a quote
+/// or a line break.
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csv_field;
+
+    #[test]
+    fn a_label_with_a_comma_or_a_quote_is_one_quoted_csv_field() {
+        assert_eq!(csv_field("adaptive"), "adaptive");
+        assert_eq!(csv_field("adaptive, one rate"), "\"adaptive, one rate\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
 }

@@ -414,6 +414,8 @@ mod tests {
             accepted_units,
             throttled: false,
             remaining: None,
+            rule: None,
+            rate: None,
         };
         let run = |attempts: Vec<Attempt>, clients| Outcome {
             attempts,
@@ -469,6 +471,8 @@ mod tests {
             accepted_units,
             throttled: false,
             remaining: None,
+            rule: None,
+            rate: None,
         };
         let o = Outcome {
             attempts: vec![at(0, 10.0), at(1, 30.0), at(2, 20.0), at(3, 0.0)],

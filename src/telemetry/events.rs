@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 use super::Counters;
 use crate::acks::RecordRef;
 use crate::offsets::TopicPartition;
+use crate::throttle::control::{AnswerRead, Throttled};
 use crate::throttle::hot::Change;
 
 /// The events of one table's writes: counted for the process and the table.
@@ -50,6 +51,24 @@ impl TableEvents<'_> {
             table = self.name,
             unprocessed = items,
             "partially processed"
+        );
+    }
+
+    /// The table's strategy read an answer: `sent` units asked for,
+    /// `accepted` consumed; `rule` says which of its rules read it and
+    /// `rate` where its pace went (debug level: one line per answer, to
+    /// compare a run with the simulator's trace answer by answer).
+    pub fn answer_read(&self, throttled: Throttled, sent: f64, accepted: f64, read: &AnswerRead) {
+        debug!(
+            event = "answer_read",
+            table = self.name,
+            throttled = ?throttled,
+            sent,
+            accepted,
+            rule = read.rule.unwrap_or(""),
+            rate = read.rate.unwrap_or_default(),
+            delay_s = read.delay.as_secs_f64(),
+            "the table's strategy read an answer"
         );
     }
 

@@ -24,6 +24,17 @@ use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, Strategy};
 
+/// What the table's strategy made of one answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AnswerRead {
+    /// The delay before the retry or the next request.
+    pub delay: Duration,
+    /// The rule that read it (see [`Strategy::rule`]).
+    pub rule: Option<&'static str>,
+    /// The strategy's rate after it, units/s (None: it does not pace by rate).
+    pub rate: Option<f64>,
+}
+
 /// Whether, and by what, an attempt was throttled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Throttled {
@@ -402,6 +413,20 @@ impl Control {
         sent_units: f64,
         written_units: f64,
     ) -> Duration {
+        self.answer(throttled, accepted_units, sent_units, written_units)
+            .delay
+    }
+
+    /// As [`Control::after_attempt`], with what the strategy made of the
+    /// answer (read under the same lock, so a peer lane's answer cannot
+    /// come between).
+    pub fn answer(
+        &self,
+        throttled: Throttled,
+        accepted_units: f64,
+        sent_units: f64,
+        written_units: f64,
+    ) -> AnswerRead {
         let now = self.now();
         let capacity = self.capacity_seen();
         let share = *self.share.lock();
@@ -429,9 +454,14 @@ impl Control {
         }
         let mut s = self.strategy.lock();
         let delay = s.after_attempt(&fb);
+        let read = AnswerRead {
+            delay,
+            rule: s.rule(),
+            rate: s.rate(),
+        };
         drop(s);
         self.steer();
-        delay
+        read
     }
 
     /// Accounts for a wait of `d` (the writer waits, cancellably).

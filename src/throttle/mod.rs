@@ -126,6 +126,14 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// next request (success).
     fn after_attempt(&mut self, fb: &Feedback) -> Duration;
 
+    /// Which of its rules read the last answer (`after_attempt`), for the
+    /// writer's debug event and the simulator's trace, so that a run through
+    /// the proxy and one of the simulator can be compared answer by answer.
+    /// None: the strategy does not say.
+    fn rule(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The pacing rate (capacity units per second) the strategy wants, if it
     /// paces by rate.
     fn rate(&self) -> Option<f64> {

@@ -213,6 +213,8 @@ pub struct Adaptive {
     /// climbs back from w_max x this).
     last_cut: f64,
     last_decrease: Option<Duration>,
+    /// Which rule read the last answer (see [`Strategy::rule`]).
+    rule: &'static str,
     /// Where the CUBIC climb toward `w_max` started: the last decrease, or
     /// the slow start reaching the warm throughput's share.
     climb_from: Option<Duration>,
@@ -300,6 +302,7 @@ impl Adaptive {
             cfg,
             w_max: None,
             last_decrease: None,
+            rule: "none",
             climb_from: None,
             last_update: None,
             first_seen: None,
@@ -781,6 +784,7 @@ impl Strategy for Adaptive {
         self.metrics.invocations += 1;
         if let (Some(level), Some(capacity)) = (fb.level_units, fb.capacity.filter(|c| *c > 0.0)) {
             self.level_step(fb, level, capacity);
+            self.rule = "level";
             return Duration::ZERO;
         }
         self.largest_sent = self.largest_sent.max(fb.sent_units);
@@ -829,8 +833,10 @@ impl Strategy for Adaptive {
             // (From 1,000 WCU/s with three workers, cut to the accepted
             // rate, two went 213-287 -> 16-22 at once and climbed back as
             // settled for 40 s.)
+            self.rule = "range_cooldown";
             if since.is_none_or(|s| s >= cooldown) {
                 self.cut(fb.now, self.rate, self.cfg.decrease);
+                self.rule = "range_cut";
             }
             self.clamp();
             return Duration::ZERO;
@@ -848,6 +854,15 @@ impl Strategy for Adaptive {
         let collision = !self.ceiling_next
             && self.slot_shaped()
             && fair.is_some_and(|f| self.rate < COLLISION_BELOW * f);
+        self.rule = if size_signal {
+            "size"
+        } else if fb.throttled && collision {
+            "collision"
+        } else if fb.throttled {
+            "cooldown"
+        } else {
+            "hold"
+        };
         if fb.throttled && !size_signal && !collision {
             // The accepted rate means something only over a full window.
             let measured = if fb.now.saturating_sub(first_seen) >= window {
@@ -877,13 +892,14 @@ impl Strategy for Adaptive {
                     && !fb.range_read
                     && fair.is_some_and(|f| base >= 0.9 * f)
                     && !self.capacity.is_some_and(|c| self.shown_shallow(c));
-                let factor = if self.settled(fb.now) {
-                    self.cfg.settle_decrease
+                let (factor, rule) = if self.settled(fb.now) {
+                    (self.cfg.settle_decrease, "settle_cut")
                 } else if first {
-                    self.cfg.first_decrease
+                    (self.cfg.first_decrease, "first_cut")
                 } else {
-                    self.cfg.decrease
+                    (self.cfg.decrease, "cut")
                 };
+                self.rule = rule;
                 self.cut(fb.now, base, factor);
             }
         } else if !fb.throttled && self.accepted_rate(fb.now) >= 0.5 * self.rate {
@@ -905,6 +921,7 @@ impl Strategy for Adaptive {
                 // lesson expired, into that writer (`make bench-dynamodb`,
                 // a live writer at 150 of 200 WCU/s: 9 to 82 WCU/s).
                 (_, _, Some(f)) if self.rate < f && !learned => {
+                    self.rule = "recover";
                     // (A fair share implies a known capacity; the last
                     // cut left the rate at w_max x last_cut.)
                     let step = f * (1.0 - self.cfg.decrease);
@@ -921,6 +938,7 @@ impl Strategy for Adaptive {
                     (self.rate + step * dt).min(f)
                 }
                 (Some(w), Some(t), _) => {
+                    self.rule = "climb";
                     // Settled: up to just under the level of the last
                     // event (the table's free capacity is about there), and
                     // slowly. After a settle, still slowly, up to it and
@@ -937,7 +955,10 @@ impl Strategy for Adaptive {
                 // No congestion seen yet (slow start): double per second,
                 // up to the share of the warm throughput, then climb as
                 // after a cut from there.
-                _ => self.slow_start(fb.now, dt),
+                _ => {
+                    self.rule = "slow_start";
+                    self.slow_start(fb.now, dt)
+                }
             };
             if self.rate > before {
                 self.metrics.went_up += 1;
@@ -945,6 +966,10 @@ impl Strategy for Adaptive {
         }
         self.clamp();
         Duration::ZERO
+    }
+
+    fn rule(&self) -> Option<&'static str> {
+        Some(self.rule)
     }
 
     fn rate(&self) -> Option<f64> {

@@ -1061,3 +1061,50 @@ fn the_first_halving_is_spared_only_where_the_table_admits_less_than_half_a_requ
     let shallow = first_event_after(36.0, 10.0, None);
     assert!((shallow - 0.9).abs() < 0.01, "{shallow}");
 }
+
+#[test]
+fn each_answer_names_the_rule_that_read_it() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    assert_eq!(a.rule(), Some("none"), "nothing read yet");
+    // No capacity known, nothing throttled, all the rate asked for
+    // accepted: slow start (or a hold, while the window is short of it).
+    let mut rules = Vec::new();
+    for i in 0..20 {
+        let r = a.rate().unwrap();
+        a.after_attempt(&at(i * 100, false, r / 10.0, None));
+        rules.push(a.rule().unwrap());
+    }
+    assert!(
+        rules.iter().all(|r| ["slow_start", "hold"].contains(r)),
+        "{rules:?}"
+    );
+    assert!(rules.contains(&"slow_start"), "{rules:?}");
+    // A throttle: a cut; another within the cooldown: none.
+    a.after_attempt(&at(2_000, true, 5.0, None));
+    assert_eq!(a.rule(), Some("cut"));
+    let cut_to = a.rate();
+    a.after_attempt(&at(2_100, true, 5.0, None));
+    assert_eq!(a.rule(), Some("cooldown"));
+    assert_eq!(a.rate(), cut_to, "a cooldown answer leaves the rate");
+    // After it, successes climb back (CUBIC from the cut).
+    let r = a.rate().unwrap();
+    a.after_attempt(&at(2_200, false, r / 10.0, None));
+    assert_eq!(a.rule(), Some("climb"));
+    // A refusal only of key ranges, past the cooldown: the range's cut.
+    a.after_attempt(&Feedback {
+        key_range: true,
+        ..at(3_500, true, 5.0, None)
+    });
+    assert_eq!(a.rule(), Some("range_cut"));
+    a.after_attempt(&Feedback {
+        key_range: true,
+        ..at(3_600, true, 5.0, None)
+    });
+    assert_eq!(a.rule(), Some("range_cooldown"));
+    // A server that reports its bucket's level (Heroku's): read as a level.
+    a.after_attempt(&Feedback {
+        level_units: Some(100.0),
+        ..at(4_000, false, 10.0, Some(200.0))
+    });
+    assert_eq!(a.rule(), Some("level"));
+}
