@@ -670,3 +670,68 @@ fn the_hot_range_is_bound_by_its_partition_and_the_default_uses_it() {
         p.utilization
     );
 }
+
+/// Splits one CSV line into its fields, as RFC 4180 reads them (a quoted
+/// field may hold commas; a doubled quote is one quote).
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut fields, mut field, mut quoted) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
+}
+
+/// A strategy's label with a comma in it ("adaptive, one rate", as
+/// `hot-range.toml` has) is one column of the trace, not two.
+#[test]
+fn a_label_with_a_comma_is_one_column_of_the_trace() {
+    let dir = std::env::temp_dir().join(format!("ingest-sim-label-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = dir.join("s.toml");
+    std::fs::write(
+        &toml,
+        r#"
+        name = "label"
+        duration_s = 20
+        [server]
+        model = "token-bucket"
+        capacity = 100
+        refill_per_s = 10
+        [clients]
+        count = 2
+        [[strategy]]
+        name = "adaptive"
+        label = "adaptive, one rate"
+        [[strategy]]
+        name = "exponential"
+        "#,
+    )
+    .unwrap();
+    let results = sim::run(&sim::load(&toml).unwrap()).unwrap();
+    let csv = dir.join("t.csv");
+    results.write_trace(&csv).unwrap();
+    let trace = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = trace.lines();
+    let header = csv_fields(lines.next().unwrap());
+    let mut labels = std::collections::BTreeSet::new();
+    for line in lines {
+        let fields = csv_fields(line);
+        assert_eq!(fields.len(), header.len(), "{line}");
+        labels.insert(fields[0].clone());
+    }
+    assert_eq!(
+        labels.into_iter().collect::<Vec<_>>(),
+        ["adaptive, one rate", "exponential"]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

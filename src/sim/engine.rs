@@ -150,10 +150,19 @@ struct KeySpace {
     /// The Zipf law's cumulative weights, keys 1 to `count`.
     cdf: Vec<f64>,
     hot_share: f64,
-    /// With routed keys, per client: the keys it owns and their
-    /// cumulative weights (the hot key's `hot_share`, a Zipf key's the
-    /// rest of its law's).
-    owned: Option<Vec<(Vec<u32>, Vec<f64>)>>,
+    /// With routed keys, what each client owns.
+    owned: Option<Vec<Owned>>,
+}
+
+/// A client's routed keys.
+struct Owned {
+    keys: Vec<u32>,
+    /// Their cumulative weights (the hot key's `hot_share`, a Zipf key's
+    /// the rest of its law's).
+    cdf: Vec<f64>,
+    /// Its part of its job's records: what its keys weigh over what the
+    /// job's clients' keys weigh.
+    share: f64,
 }
 
 impl KeySpace {
@@ -173,22 +182,43 @@ impl KeySpace {
                 0 => k.hot_share,
                 r => (1.0 - k.hot_share) * (1.0 / (r as f64).powf(k.zipf_s)) / total,
             };
-            (0..sc.clients.count)
+            let n = sc.clients.count;
+            let lists: Vec<(Vec<u32>, Vec<f64>)> = (0..n)
                 .map(|i| {
                     let group = sc.group_of(i);
-                    let n = sc.group_size(group) as u64;
+                    let size = sc.group_size(group) as u64;
                     let rank = (0..i).filter(|j| sc.group_of(*j) == group).count() as u64;
                     let mut acc = 0.0;
                     names
                         .iter()
                         .enumerate()
-                        .filter(|(_, name)| route(name) % n == rank)
+                        .filter(|(_, name)| route(name) % size == rank)
                         .map(|(key, _)| {
                             acc += weight(key);
                             (key as u32, acc)
                         })
                         .unzip()
                 })
+                .collect();
+            let weighs = |i: usize| lists[i].1.last().copied().unwrap_or(0.0);
+            let shares: Vec<f64> = (0..n)
+                .map(|i| {
+                    let group = sc.group_of(i);
+                    let job: f64 = (0..n)
+                        .filter(|j| sc.group_of(*j) == group)
+                        .map(weighs)
+                        .sum();
+                    if job > 0.0 {
+                        weighs(i) / job
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            lists
+                .into_iter()
+                .zip(shares)
+                .map(|((keys, cdf), share)| Owned { keys, cdf, share })
                 .collect()
         });
         Self {
@@ -205,24 +235,20 @@ impl KeySpace {
         keys.iter().map(|k| self.names[*k as usize].as_str())
     }
 
-    /// With routed keys, client `i`'s part of its job's records (`job`:
-    /// the clients of its job).
-    fn weight(&self, i: usize, job: impl Iterator<Item = usize>) -> Option<f64> {
-        let owned = self.owned.as_ref()?;
-        let w = |j: usize| owned[j].1.last().copied().unwrap_or(0.0);
-        let total: f64 = job.map(w).sum();
-        Some(if total > 0.0 { w(i) / total } else { 0.0 })
+    /// With routed keys, client `i`'s part of its job's records.
+    fn share(&self, i: usize) -> Option<f64> {
+        self.owned.as_ref().map(|o| o[i].share)
     }
 
     /// Whether client `i` has records at all (routed keys: it owns a key).
     fn has_records(&self, i: usize) -> bool {
-        self.owned.as_ref().is_none_or(|o| !o[i].0.is_empty())
+        self.owned.as_ref().is_none_or(|o| !o[i].keys.is_empty())
     }
 
     /// A key of client `i`'s next record.
     fn draw(&self, i: usize, rng: &mut SmallRng) -> u32 {
         if let Some(owned) = &self.owned {
-            let (keys, cdf) = &owned[i];
+            let Owned { keys, cdf, .. } = &owned[i];
             let x = rng.random::<f64>() * cdf.last().copied().unwrap_or(0.0);
             return keys[cdf.partition_point(|c| *c < x).min(keys.len() - 1)];
         }
@@ -400,10 +426,11 @@ impl<'a> Run<'a> {
         let group = sc.group_of(i);
         // Its share of its job's work: an even one, or with routed keys its
         // part of the job's records (as a worker's share by backlog is).
-        let job = || (0..c.count).filter(|j| sc.group_of(*j) == group);
-        let share_of = |j: usize| match self.keys.as_ref().and_then(|ks| ks.weight(j, job())) {
-            Some(w) => w,
-            None => 1.0 / sc.group_size(group) as f64,
+        let share_of = |j: usize| {
+            self.keys
+                .as_ref()
+                .and_then(|ks| ks.share(j))
+                .unwrap_or(1.0 / sc.group_size(group) as f64)
         };
         let share = c.know_share.then(|| share_of(i));
         // Its part of its job's time slots, as a worker's partitions give
@@ -796,7 +823,7 @@ mod tests {
             // Every key, the hot one too, belongs to exactly one client of
             // the job.
             for key in 0..=1000u32 {
-                let owners = clients.iter().filter(|i| owned[**i].0.contains(&key));
+                let owners = clients.iter().filter(|i| owned[**i].keys.contains(&key));
                 assert_eq!(owners.count(), 1, "key {key} in job {job}");
             }
             let shares: Vec<f64> = clients
@@ -810,7 +837,7 @@ mod tests {
             // The hot key's owner has its 30% and more: the largest share.
             let whale = clients
                 .iter()
-                .position(|i| owned[*i].0.contains(&0))
+                .position(|i| owned[*i].keys.contains(&0))
                 .unwrap();
             assert!(shares[whale] > 0.3, "{shares:?}");
             assert!(shares.iter().all(|s| *s <= shares[whale]), "{shares:?}");
@@ -828,9 +855,9 @@ mod tests {
         }
         // A client draws only the keys it owns, the hot one in its part.
         let mut rng = SmallRng::seed_from_u64(7);
-        let whale = (0..6).find(|i| owned[*i].0.contains(&0)).unwrap();
+        let whale = (0..6).find(|i| owned[*i].keys.contains(&0)).unwrap();
         let draws: Vec<u32> = (0..20_000).map(|_| ks.draw(whale, &mut rng)).collect();
-        assert!(draws.iter().all(|k| owned[whale].0.contains(k)));
+        assert!(draws.iter().all(|k| owned[whale].keys.contains(k)));
         let hot = draws.iter().filter(|k| **k == 0).count() as f64 / draws.len() as f64;
         // Its share is its part of the job's records, 30% of them the hot key's.
         let share = run.client(whale, &config, true, &clock).share.unwrap();

@@ -248,7 +248,8 @@ impl Writer {
             // Refusals only of keys already paced apart are not the table's.
             let delay = match heard.table {
                 Some((throttled, sent_units)) => {
-                    let read = ctl.answer(throttled, heard.accepted, sent_units, heard.written);
+                    let read =
+                        ctl.after_attempt(throttled, heard.accepted, sent_units, heard.written);
                     self.events(table, ctl).answer_read(
                         throttled,
                         sent_units,

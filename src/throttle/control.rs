@@ -405,22 +405,10 @@ impl Control {
 
     /// Reports an attempt: `accepted_units` consumed (ConsumedCapacity), of
     /// `sent_units` asked for, `written_units` written (both by the items'
-    /// own cost); returns the delay before the next one.
+    /// own cost); returns the delay before the next one, with which rule
+    /// of the strategy read it and its rate after it (read under the same
+    /// lock, so a peer lane's answer cannot come between).
     pub fn after_attempt(
-        &self,
-        throttled: Throttled,
-        accepted_units: f64,
-        sent_units: f64,
-        written_units: f64,
-    ) -> Duration {
-        self.answer(throttled, accepted_units, sent_units, written_units)
-            .delay
-    }
-
-    /// As [`Control::after_attempt`], with what the strategy made of the
-    /// answer (read under the same lock, so a peer lane's answer cannot
-    /// come between).
-    pub fn answer(
         &self,
         throttled: Throttled,
         accepted_units: f64,
@@ -642,7 +630,7 @@ mod tests {
             .try_into()
             .unwrap();
         let c = Control::new(cfg.build(1), Some(50.0), burst());
-        let d = c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
+        let d = c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0).delay;
         assert_eq!(
             d,
             Duration::from_millis(500),
