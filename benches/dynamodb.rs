@@ -20,7 +20,12 @@
 //!   two full batches): deeper than the time slots are for, shallower than
 //!   the workers' coinciding batches;
 //! - `index`: a 200 WCU/s table whose global secondary index (every item
-//!   reaches it) has 100 WCU/s, 1 and 3 workers: the index bounds the job.
+//!   reaches it) has 100 WCU/s, 1 and 3 workers: the index bounds the job;
+//! - `reference` (only when `BENCH_SCENARIO=reference`, no strategy): writers
+//!   told the exact capacity, pacing at fixed fractions of it on one
+//!   partition, whose throttles are what the server's depth and this
+//!   machine's timing cost a writer that knows the rate (see [`reference`];
+//!   report: target/bench/dynamodb-reference.json).
 //!
 //! Scaled down from DynamoDB's figures (1,000 WCU/s per partition, 4,000 WRU/s
 //! for a new on-demand table) to what LocalStack on a 2-core machine writes.
@@ -380,6 +385,175 @@ fn live_writer(
             c
         })
     })
+}
+
+/// A writer told its rate: BatchWriteItem of `clump` items of `mixed` sizes
+/// (bench-throttle's 1, 2 and 5 WCU, in its order) or of 1 WCU (a request
+/// partly or wholly refused counts as throttled), each sent when the units before it
+/// are paced out at `rate` units/s, from a random phase, by four lanes that
+/// share one schedule (so an answer's latency does not slow it); late (every
+/// lane waiting on an answer), it goes on from then, without a burst to
+/// catch up. The SDK's retries off.
+fn paced_writer(
+    endpoint: String,
+    table: String,
+    rate: f64,
+    mixed: bool,
+    clump: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<LiveCounts> {
+    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use std::sync::atomic::AtomicU64;
+    const LANES: usize = 4;
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let client = dynamo_without_retries(&endpoint);
+            let phase: f64 = rand::rng().random::<f64>() * 5.0 / rate;
+            let start = tokio::time::Instant::now() + Duration::from_secs_f64(phase);
+            // (when the next item goes, its number)
+            let schedule = Arc::new(std::sync::Mutex::new((start, 0u64)));
+            let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+            let lanes: Vec<_> = (0..LANES)
+                .map(|_| {
+                    let (client, table, stop) = (client.clone(), table.clone(), stop.clone());
+                    let (schedule, counts) = (schedule.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            let (at, i, pad) = {
+                                let mut s = schedule.lock().unwrap();
+                                let now = tokio::time::Instant::now();
+                                let (at, i) = (s.0.max(now), s.1);
+                                let (pad, cost) = match (mixed, i % 20, i % 5) {
+                                    (true, 0, _) => (4_500, 5.0),
+                                    (true, _, 0) => (1_500, 2.0),
+                                    _ => (100, 1.0),
+                                };
+                                let cost = cost * clump as f64;
+                                *s = (at + Duration::from_secs_f64(cost / rate), i + 1);
+                                (at, i, pad)
+                            };
+                            tokio::time::sleep_until(at).await;
+                            let item = |j: u64| {
+                                let put = aws_sdk_dynamodb::types::PutRequest::builder()
+                                    .item("id", AttributeValue::S(format!("ref-{}-{j}", i % 500)))
+                                    .item("pad", AttributeValue::S("x".repeat(pad)))
+                                    .build()
+                                    .unwrap();
+                                aws_sdk_dynamodb::types::WriteRequest::builder()
+                                    .put_request(put)
+                                    .build()
+                            };
+                            let r = client
+                                .batch_write_item()
+                                .request_items(&table, (0..clump).map(item).collect())
+                                .send()
+                                .await;
+                            let partial = r.as_ref().is_ok_and(|o| {
+                                o.unprocessed_items().is_some_and(|u| !u.is_empty())
+                            });
+                            let k = match r.as_ref().err().and_then(|e| e.code()) {
+                                None if partial => 1,
+                                None if r.is_ok() => 0,
+                                Some(
+                                    "ProvisionedThroughputExceededException"
+                                    | "ThrottlingException",
+                                ) => 1,
+                                _ => 2,
+                            };
+                            counts[k].fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                })
+                .collect();
+            for l in lanes {
+                l.await.unwrap();
+            }
+            let n = |k: usize| counts[k].load(Ordering::Relaxed);
+            LiveCounts {
+                requests: n(0) + n(1) + n(2),
+                throttled: n(1),
+                failed: n(2),
+            }
+        })
+    })
+}
+
+/// `reference` (run only when named): writers told the capacity, on one
+/// partition of `BENCH_REF_WCU` WCU/s (default 50, the hot range's) in a
+/// table of three times that, whose bucket holds `BENCH_HOT_BURST_S`
+/// seconds, at each fraction of `BENCH_REF_FRACTIONS` of it for
+/// `BENCH_REF_S` seconds, split over `BENCH_REF_WRITERS` uncoordinated
+/// writers ([`paced_writer`]: `BENCH_REF_MIXED=1` for mixed sizes,
+/// `BENCH_REF_CLUMP` items a request). No controller: the throttles they
+/// meet are what the server's depth and this machine's timing cost a writer
+/// that knows the exact rate and paces items as they come.
+async fn reference(run: usize) -> Vec<Value> {
+    let partition_wcu: f64 = env_or("BENCH_REF_WCU", 50.0);
+    let burst = hot_burst_s();
+    let writers: usize = env_or("BENCH_REF_WRITERS", 1);
+    let secs: f64 = env_or("BENCH_REF_S", 30.0);
+    let mixed = env_or("BENCH_REF_MIXED", 0) == 1;
+    let clump: u64 = env_or("BENCH_REF_CLUMP", 1).clamp(1, 25);
+    let mut rows = Vec::new();
+    for f in env_list::<f64>("BENCH_REF_FRACTIONS", "0.8,0.9,0.95") {
+        // The table's capacity above the partition's: the partition binds.
+        let s = Setup::build(1, "", Some(3 * partition_wcu as i64)).await;
+        let proxy = ThrottleProxy::partitioned(1, partition_wcu as u32, burst);
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+        let handles: Vec<_> = (0..writers)
+            .map(|_| {
+                paced_writer(
+                    proxy.endpoint(),
+                    s.table.clone(),
+                    f * partition_wcu / writers as f64,
+                    mixed,
+                    clump,
+                    stop.0.clone(),
+                )
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+        drop(stop);
+        let mut c = LiveCounts::default();
+        for h in handles {
+            let w = h.join().unwrap();
+            c.requests += w.requests;
+            c.throttled += w.throttled;
+            c.failed += w.failed;
+        }
+        // Per second, from the proxy (BatchWriteItem only): where the
+        // throttles fell, the first seconds' (connections opening) apart.
+        let t = timeline(&proxy.stats(&s.table));
+        let after: f64 = t.iter().skip(5).map(|x| x[2]).sum();
+        let requests_after: f64 = t.iter().skip(5).map(|x| x[4]).sum();
+        s.delete_table().await;
+        let row = json!({
+            "scenario": "reference",
+            "throttled_by_second": t.iter().map(|x| x[2]).collect::<Vec<_>>(),
+            "throttled_rate_after_5s": after / requests_after.max(1.0),
+            "run": run,
+            "burst_s": burst,
+            "writers": writers,
+            "partition_wcu": partition_wcu,
+            "mixed": mixed,
+            "clump": clump,
+            "fraction": f,
+            "seconds": secs,
+            "requests": c.requests,
+            "throttled": c.throttled,
+            "failed": c.failed,
+            "throttled_rate": c.throttled as f64 / c.requests.max(1) as f64,
+            "accepted_per_s": (c.requests - c.throttled - c.failed) as f64 / secs,
+        });
+        eprintln!("{row}");
+        rows.push(row);
+    }
+    rows
 }
 
 /// `live-writer`: returns the row.
@@ -1084,6 +1258,15 @@ async fn main() {
     let scenario = env("BENCH_SCENARIO");
     let workers: Vec<usize> = env_list("BENCH_WORKERS", "1,3");
     let wants = |name: &str| scenario.as_ref().is_none_or(|s| name.contains(s.as_str()));
+    if scenario.as_deref() == Some("reference") {
+        let rows = reference(1).await;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = serde_json::to_string_pretty(&json!({ "runs": rows })).unwrap();
+        std::fs::write(dir.join("dynamodb-reference.json"), &out).unwrap();
+        println!("{out}\nreport: target/bench/dynamodb-reference.json");
+        return;
+    }
     let variants: Vec<&Variant> = VARIANTS
         .iter()
         .filter(|v| compared(v))
