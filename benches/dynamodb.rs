@@ -489,7 +489,8 @@ fn paced_writer(
 /// seconds, at each fraction of `BENCH_REF_FRACTIONS` of it for
 /// `BENCH_REF_S` seconds, split over `BENCH_REF_WRITERS` uncoordinated
 /// writers ([`paced_writer`]: `BENCH_REF_MIXED=1` for mixed sizes,
-/// `BENCH_REF_CLUMP` items a request). No controller: the throttles they
+/// `BENCH_REF_CLUMP` items a request; per writer, `BENCH_REF_CLUMPS` and
+/// `BENCH_REF_PARTS` of the rate, as lists). No controller: the throttles they
 /// meet are what the server's depth and this machine's timing cost a writer
 /// that knows the exact rate and paces items as they come.
 async fn reference(run: usize) -> Vec<Value> {
@@ -499,6 +500,10 @@ async fn reference(run: usize) -> Vec<Value> {
     let secs: f64 = env_or("BENCH_REF_S", 30.0);
     let mixed = env_or("BENCH_REF_MIXED", 0) == 1;
     let clump: u64 = env_or("BENCH_REF_CLUMP", 1).clamp(1, 25);
+    // Per writer, where given: its items a request and its part of the
+    // rate (else `clump` and an equal part).
+    let clumps: Vec<u64> = env_list("BENCH_REF_CLUMPS", "");
+    let parts: Vec<f64> = env_list("BENCH_REF_PARTS", "");
     let mut rows = Vec::new();
     for f in env_list::<f64>("BENCH_REF_FRACTIONS", "0.8,0.9,0.95") {
         // The table's capacity above the partition's: the partition binds.
@@ -506,13 +511,14 @@ async fn reference(run: usize) -> Vec<Value> {
         let proxy = ThrottleProxy::partitioned(1, partition_wcu as u32, burst);
         let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
         let handles: Vec<_> = (0..writers)
-            .map(|_| {
+            .map(|w| {
+                let part = parts.get(w).copied().unwrap_or(1.0 / writers as f64);
                 paced_writer(
                     proxy.endpoint(),
                     s.table.clone(),
-                    f * partition_wcu / writers as f64,
+                    f * partition_wcu * part,
                     mixed,
-                    clump,
+                    clumps.get(w).copied().unwrap_or(clump).clamp(1, 25),
                     stop.0.clone(),
                 )
             })
@@ -542,6 +548,8 @@ async fn reference(run: usize) -> Vec<Value> {
             "partition_wcu": partition_wcu,
             "mixed": mixed,
             "clump": clump,
+            "clumps": clumps,
+            "parts": parts,
             "fraction": f,
             "seconds": secs,
             "requests": c.requests,
