@@ -21,11 +21,13 @@
 //!   the workers' coinciding batches;
 //! - `index`: a 200 WCU/s table whose global secondary index (every item
 //!   reaches it) has 100 WCU/s, 1 and 3 workers: the index bounds the job;
-//! - `reference` (only when `BENCH_SCENARIO=reference`, no strategy): writers
+//! - `reference` (only when `BENCH_SCENARIO` is exactly `reference`, no
+//!   strategy; `BENCH_REF_*` and `BENCH_HOT_BURST_S` shape it): writers
 //!   told the exact capacity, pacing at fixed fractions of it on one
 //!   partition, whose throttles are what the server's depth and this
 //!   machine's timing cost a writer that knows the rate (see [`reference`];
-//!   report: target/bench/dynamodb-reference.json).
+//!   report, written once every fraction has run:
+//!   target/bench/dynamodb-reference.json).
 //!
 //! Scaled down from DynamoDB's figures (1,000 WCU/s per partition, 4,000 WRU/s
 //! for a new on-demand table) to what LocalStack on a 2-core machine writes.
@@ -36,7 +38,7 @@
 //! Reports: target/bench/dynamodb.{md,json}. BENCH_ONLY (a strategy label's
 //! part), BENCH_SCENARIO (a scenario name's part) and BENCH_WORKERS ("1,3")
 //! narrow a run; BENCH_HOT_TABLE_WCU and BENCH_HOT_BURST_S set the hot
-//! range's table capacity and bucket depth; BENCH_SCALE multiplies the
+//! range's table capacity and bucket depth (the latter also the reference's); BENCH_SCALE multiplies the
 //! hot-range, live-writer and two-jobs runs' records; BENCH_LIVE_WCU sets the
 //! live writer's steady WCU/s (default 60); BENCH_LOG_DIR keeps each
 //! worker's log lines there; BENCH_INDEX_BURST_S sets the index rows'
@@ -387,8 +389,9 @@ fn live_writer(
     })
 }
 
-/// A writer told its rate: BatchWriteItem of `clump` items of `mixed` sizes
-/// (bench-throttle's 1, 2 and 5 WCU, in its order) or of 1 WCU (a request
+/// A writer told its rate: BatchWriteItem of `clump` items, of 1 WCU or, with
+/// `mixed`, of bench-throttle's 1, 2 and 5 WCU in its order, request by
+/// request (the items of one request are of one size) (a request
 /// partly or wholly refused counts as throttled), each sent when the units before it
 /// are paced out at `rate` units/s, from a random phase, by four lanes that
 /// share one schedule (so an answer's latency does not slow it); late (every
@@ -500,10 +503,30 @@ async fn reference(run: usize) -> Vec<Value> {
     let secs: f64 = env_or("BENCH_REF_S", 30.0);
     let mixed = env_or("BENCH_REF_MIXED", 0) == 1;
     let clump: u64 = env_or("BENCH_REF_CLUMP", 1).clamp(1, 25);
-    // Per writer, where given: its items a request and its part of the
-    // rate (else `clump` and an equal part).
-    let clumps: Vec<u64> = env_list("BENCH_REF_CLUMPS", "");
-    let parts: Vec<f64> = env_list("BENCH_REF_PARTS", "");
+    // Per writer: its items a request and its part of the rate, from the
+    // lists where given (one entry per writer, parts above 0 summing to 1),
+    // else `clump` and an equal part.
+    let per_writer = |name: &str, default: f64| -> Vec<f64> {
+        let given: Vec<f64> = env_list(name, "");
+        if given.is_empty() {
+            return vec![default; writers];
+        }
+        assert!(
+            given.len() == writers && given.iter().all(|v| *v > 0.0),
+            "{name}: one number above 0 per writer ({writers}), got {given:?}"
+        );
+        given
+    };
+    let clumps: Vec<u64> = per_writer("BENCH_REF_CLUMPS", clump as f64)
+        .into_iter()
+        .map(|c| (c as u64).clamp(1, 25))
+        .collect();
+    let parts = per_writer("BENCH_REF_PARTS", 1.0 / writers as f64);
+    let sum: f64 = parts.iter().sum();
+    assert!(
+        (sum - 1.0).abs() < 1e-6,
+        "BENCH_REF_PARTS: the writers' parts sum to {sum}, not 1"
+    );
     let mut rows = Vec::new();
     for f in env_list::<f64>("BENCH_REF_FRACTIONS", "0.8,0.9,0.95") {
         // The table's capacity above the partition's: the partition binds.
@@ -512,13 +535,12 @@ async fn reference(run: usize) -> Vec<Value> {
         let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
         let handles: Vec<_> = (0..writers)
             .map(|w| {
-                let part = parts.get(w).copied().unwrap_or(1.0 / writers as f64);
                 paced_writer(
                     proxy.endpoint(),
                     s.table.clone(),
-                    f * partition_wcu * part,
+                    f * partition_wcu * parts[w],
                     mixed,
-                    clumps.get(w).copied().unwrap_or(clump).clamp(1, 25),
+                    clumps[w],
                     stop.0.clone(),
                 )
             })
@@ -534,7 +556,10 @@ async fn reference(run: usize) -> Vec<Value> {
         }
         // Per second, from the proxy (BatchWriteItem only): where the
         // throttles fell, the first seconds' (connections opening) apart.
-        let t = timeline(&proxy.stats(&s.table));
+        let st = proxy.stats(&s.table);
+        let t = timeline(&st);
+        let accepted_wcu_per_s =
+            st["accepted_wcu"].as_f64().unwrap_or(0.0) / write_span(&st).max(1.0);
         let after: f64 = t.iter().skip(5).map(|x| x[2]).sum();
         let requests_after: f64 = t.iter().skip(5).map(|x| x[4]).sum();
         s.delete_table().await;
@@ -547,7 +572,6 @@ async fn reference(run: usize) -> Vec<Value> {
             "writers": writers,
             "partition_wcu": partition_wcu,
             "mixed": mixed,
-            "clump": clump,
             "clumps": clumps,
             "parts": parts,
             "fraction": f,
@@ -556,7 +580,13 @@ async fn reference(run: usize) -> Vec<Value> {
             "throttled": c.throttled,
             "failed": c.failed,
             "throttled_rate": c.throttled as f64 / c.requests.max(1) as f64,
-            "accepted_per_s": (c.requests - c.throttled - c.failed) as f64 / secs,
+            // Requests accepted whole, a second of the writers' time.
+            "accepted_requests_per_s": (c.requests - c.throttled - c.failed) as f64 / secs,
+            // What the proxy accepted (items of partial answers too), over
+            // its first to last accepted write, and as a part of the
+            // partition's capacity.
+            "accepted_wcu_per_s": accepted_wcu_per_s,
+            "accepted_of_capacity": accepted_wcu_per_s / partition_wcu,
         });
         eprintln!("{row}");
         rows.push(row);
