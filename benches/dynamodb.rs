@@ -338,13 +338,47 @@ async fn index(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     })
 }
 
-/// What the live writer saw: requests, throttles (a throughput error), and
-/// other failures.
-#[derive(Debug, Default)]
+/// What the live writer saw: requests, throttles (a throughput error, or
+/// for BatchWriteItem any unprocessed item), and other failures.
+#[derive(Debug, Default, Clone, Copy)]
 struct LiveCounts {
     requests: u64,
     throttled: u64,
     failed: u64,
+}
+
+impl LiveCounts {
+    /// Counts one answer: `partial` (some items unprocessed), else the
+    /// error's code if any.
+    fn count<T, E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(
+        &mut self,
+        r: &Result<T, E>,
+        partial: bool,
+    ) {
+        self.requests += 1;
+        match r.as_ref().err().map(|e| e.code()) {
+            None if partial => self.throttled += 1,
+            None => {}
+            Some(Some("ProvisionedThroughputExceededException" | "ThrottlingException")) => {
+                self.throttled += 1
+            }
+            Some(_) => self.failed += 1,
+        }
+    }
+}
+
+/// Runs `writer` on a thread of its own with a current-thread runtime (a
+/// writer apart from the job's, as another application would be).
+fn on_own_thread(
+    writer: impl std::future::Future<Output = LiveCounts> + Send + 'static,
+) -> std::thread::JoinHandle<LiveCounts> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(writer)
+    })
 }
 
 /// Another writer: PutItem of 1 WCU items at `rate`/s, the SDK's retries
@@ -355,48 +389,34 @@ fn live_writer(
     rate: f64,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<LiveCounts> {
-    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let client = dynamo_without_retries(&endpoint);
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut c = LiveCounts::default();
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                let id = format!("live-{}", c.requests % 500);
-                let r = client
-                    .put_item()
-                    .table_name(&table)
-                    .item("id", aws_sdk_dynamodb::types::AttributeValue::S(id))
-                    .send()
-                    .await;
-                c.requests += 1;
-                match r.as_ref().err().and_then(|e| e.code()) {
-                    None if r.is_ok() => {}
-                    Some("ProvisionedThroughputExceededException" | "ThrottlingException") => {
-                        c.throttled += 1
-                    }
-                    _ => c.failed += 1,
-                }
-            }
-            c
-        })
+    on_own_thread(async move {
+        let client = dynamo_without_retries(&endpoint);
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut c = LiveCounts::default();
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            let id = format!("live-{}", c.requests % 500);
+            let r = client
+                .put_item()
+                .table_name(&table)
+                .item("id", aws_sdk_dynamodb::types::AttributeValue::S(id))
+                .send()
+                .await;
+            c.count(&r, false);
+        }
+        c
     })
 }
 
 /// A writer told its rate: BatchWriteItem of `clump` items, of 1 WCU or, with
 /// `mixed`, of bench-throttle's 1, 2 and 5 WCU in its order, request by
-/// request (the items of one request are of one size) (a request
-/// partly or wholly refused counts as throttled), each sent when the units before it
-/// are paced out at `rate` units/s, from a random phase, by four lanes that
-/// share one schedule (so an answer's latency does not slow it); late (every
-/// lane waiting on an answer), it goes on from then, without a burst to
-/// catch up. The SDK's retries off.
+/// request (the items of one request are of one size); a request partly or
+/// wholly refused counts as throttled. Each request is sent when the units
+/// before it are paced out at `rate` units/s, from a random phase, by four
+/// lanes that share one schedule (so an answer's latency does not slow it);
+/// late (every lane waiting on an answer), it goes on from then, without a
+/// burst to catch up. The SDK's retries off.
 fn paced_writer(
     endpoint: String,
     table: String,
@@ -405,85 +425,79 @@ fn paced_writer(
     clump: u64,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<LiveCounts> {
-    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-    use aws_sdk_dynamodb::types::AttributeValue;
-    use std::sync::atomic::AtomicU64;
     const LANES: usize = 4;
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let client = dynamo_without_retries(&endpoint);
-            let phase: f64 = rand::rng().random::<f64>() * 5.0 / rate;
-            let start = tokio::time::Instant::now() + Duration::from_secs_f64(phase);
-            // (when the next item goes, its number)
-            let schedule = Arc::new(std::sync::Mutex::new((start, 0u64)));
-            let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
-            let lanes: Vec<_> = (0..LANES)
-                .map(|_| {
-                    let (client, table, stop) = (client.clone(), table.clone(), stop.clone());
-                    let (schedule, counts) = (schedule.clone(), counts.clone());
-                    tokio::spawn(async move {
-                        while !stop.load(Ordering::Relaxed) {
-                            let (at, i, pad) = {
-                                let mut s = schedule.lock().unwrap();
-                                let now = tokio::time::Instant::now();
-                                let (at, i) = (s.0.max(now), s.1);
-                                let (pad, cost) = match (mixed, i % 20, i % 5) {
-                                    (true, 0, _) => (4_500, 5.0),
-                                    (true, _, 0) => (1_500, 2.0),
-                                    _ => (100, 1.0),
-                                };
-                                let cost = cost * clump as f64;
-                                *s = (at + Duration::from_secs_f64(cost / rate), i + 1);
-                                (at, i, pad)
-                            };
-                            tokio::time::sleep_until(at).await;
-                            let item = |j: u64| {
-                                let put = aws_sdk_dynamodb::types::PutRequest::builder()
-                                    .item("id", AttributeValue::S(format!("ref-{}-{j}", i % 500)))
-                                    .item("pad", AttributeValue::S("x".repeat(pad)))
-                                    .build()
-                                    .unwrap();
-                                aws_sdk_dynamodb::types::WriteRequest::builder()
-                                    .put_request(put)
-                                    .build()
-                            };
-                            let r = client
-                                .batch_write_item()
-                                .request_items(&table, (0..clump).map(item).collect())
-                                .send()
-                                .await;
-                            let partial = r.as_ref().is_ok_and(|o| {
-                                o.unprocessed_items().is_some_and(|u| !u.is_empty())
-                            });
-                            let k = match r.as_ref().err().and_then(|e| e.code()) {
-                                None if partial => 1,
-                                None if r.is_ok() => 0,
-                                Some(
-                                    "ProvisionedThroughputExceededException"
-                                    | "ThrottlingException",
-                                ) => 1,
-                                _ => 2,
-                            };
-                            counts[k].fetch_add(1, Ordering::Relaxed);
-                        }
-                    })
-                })
-                .collect();
-            for l in lanes {
-                l.await.unwrap();
-            }
-            let n = |k: usize| counts[k].load(Ordering::Relaxed);
-            LiveCounts {
-                requests: n(0) + n(1) + n(2),
-                throttled: n(1),
-                failed: n(2),
-            }
-        })
+    on_own_thread(async move {
+        let phase: f64 = rand::rng().random::<f64>() * 5.0 / rate;
+        let w = Arc::new(Paced {
+            client: dynamo_without_retries(&endpoint),
+            table,
+            rate,
+            mixed,
+            clump,
+            stop,
+            schedule: std::sync::Mutex::new((
+                tokio::time::Instant::now() + Duration::from_secs_f64(phase),
+                0,
+            )),
+            counts: std::sync::Mutex::new(LiveCounts::default()),
+        });
+        let lanes: Vec<_> = (0..LANES).map(|_| tokio::spawn(w.clone().lane())).collect();
+        for l in lanes {
+            l.await.unwrap();
+        }
+        let c = *w.counts.lock().unwrap();
+        c
     })
+}
+
+/// [`paced_writer`]'s state, shared by its lanes.
+struct Paced {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    rate: f64,
+    mixed: bool,
+    clump: u64,
+    stop: Arc<AtomicBool>,
+    /// When the next request goes, and its number.
+    schedule: std::sync::Mutex<(tokio::time::Instant, u64)>,
+    counts: std::sync::Mutex<LiveCounts>,
+}
+
+impl Paced {
+    /// One lane: takes the next request's time on the schedule (now, if
+    /// that has passed), waits for it, sends, counts the answer.
+    async fn lane(self: Arc<Self>) {
+        use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+        while !self.stop.load(Ordering::Relaxed) {
+            let (at, i, pad) = {
+                let mut s = self.schedule.lock().unwrap();
+                let (at, i) = (s.0.max(tokio::time::Instant::now()), s.1);
+                let (pad, cost) = if self.mixed { mixed_size(i) } else { (100, 1) };
+                let units = (cost * self.clump) as f64;
+                *s = (at + Duration::from_secs_f64(units / self.rate), i + 1);
+                (at, i, pad)
+            };
+            tokio::time::sleep_until(at).await;
+            let item = |j: u64| {
+                let put = PutRequest::builder()
+                    .item("id", AttributeValue::S(format!("ref-{}-{j}", i % 500)))
+                    .item("pad", AttributeValue::S("x".repeat(pad)))
+                    .build()
+                    .unwrap();
+                WriteRequest::builder().put_request(put).build()
+            };
+            let r = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, (0..self.clump).map(item).collect())
+                .send()
+                .await;
+            let partial = r
+                .as_ref()
+                .is_ok_and(|o| o.unprocessed_items().is_some_and(|u| !u.is_empty()));
+            self.counts.lock().unwrap().count(&r, partial);
+        }
+    }
 }
 
 /// `reference` (run only when named): writers told the capacity, on one
@@ -496,7 +510,7 @@ fn paced_writer(
 /// `BENCH_REF_PARTS` of the rate, as lists). No controller: the throttles they
 /// meet are what the server's depth and this machine's timing cost a writer
 /// that knows the exact rate and paces items as they come.
-async fn reference(run: usize) -> Vec<Value> {
+async fn reference() -> Vec<Value> {
     let partition_wcu: f64 = env_or("BENCH_REF_WCU", 50.0);
     let burst = hot_burst_s();
     let writers: usize = env_or("BENCH_REF_WRITERS", 1);
@@ -527,8 +541,13 @@ async fn reference(run: usize) -> Vec<Value> {
         (sum - 1.0).abs() < 1e-6,
         "BENCH_REF_PARTS: the writers' parts sum to {sum}, not 1"
     );
+    let fractions: Vec<f64> = env_list("BENCH_REF_FRACTIONS", "0.8,0.9,0.95");
+    assert!(
+        fractions.iter().all(|f| *f > 0.0),
+        "BENCH_REF_FRACTIONS: fractions of the capacity above 0, got {fractions:?}"
+    );
     let mut rows = Vec::new();
-    for f in env_list::<f64>("BENCH_REF_FRACTIONS", "0.8,0.9,0.95") {
+    for f in fractions {
         // The table's capacity above the partition's: the partition binds.
         let s = Setup::build(1, "", Some(3 * partition_wcu as i64)).await;
         let proxy = ThrottleProxy::partitioned(1, partition_wcu as u32, burst);
@@ -567,7 +586,6 @@ async fn reference(run: usize) -> Vec<Value> {
             "scenario": "reference",
             "throttled_by_second": t.iter().map(|x| x[2]).collect::<Vec<_>>(),
             "throttled_rate_after_5s": after / requests_after.max(1.0),
-            "run": run,
             "burst_s": burst,
             "writers": writers,
             "partition_wcu": partition_wcu,
@@ -1297,7 +1315,7 @@ async fn main() {
     let workers: Vec<usize> = env_list("BENCH_WORKERS", "1,3");
     let wants = |name: &str| scenario.as_ref().is_none_or(|s| name.contains(s.as_str()));
     if scenario.as_deref() == Some("reference") {
-        let rows = reference(1).await;
+        let rows = reference().await;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
         std::fs::create_dir_all(&dir).unwrap();
         let out = serde_json::to_string_pretty(&json!({ "runs": rows })).unwrap();

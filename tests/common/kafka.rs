@@ -76,19 +76,25 @@ pub fn mixed_sizes_keyed(n: usize, prefix: &str) -> (Vec<(String, Option<String>
     let records = (0..n)
         .map(|i| {
             let id = format!("{prefix}{i:05}");
-            let (pad, cost) = if i % 20 == 0 {
-                (4_500, 5)
-            } else if i % 5 == 0 {
-                (1_500, 2)
-            } else {
-                (100, 1)
-            };
+            let (pad, cost) = mixed_size(i as u64);
             wcu += cost;
             let v = format!(r#"{{"id":"{id}","n":{i},"pad":"{}"}}"#, "x".repeat(pad));
             (id, Some(v))
         })
         .collect();
     (records, wcu)
+}
+
+/// The `i`th of the mixed sizes: (padding bytes, WCU). Every 20th item 5
+/// WCU, every other 5th 2 WCU, the rest 1 WCU.
+pub fn mixed_size(i: u64) -> (usize, u64) {
+    if i % 20 == 0 {
+        (4_500, 5)
+    } else if i % 5 == 0 {
+        (1_500, 2)
+    } else {
+        (100, 1)
+    }
 }
 
 /// A record value with every JSON type, keyed by `id`.
