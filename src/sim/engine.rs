@@ -638,6 +638,7 @@ impl<'a> Run<'a> {
                     Some(h) => {
                         if let Some(mut range) = read.range.take() {
                             range.now = t;
+                            range.probe = cl.strategy.probing();
                             range.table_rate =
                                 cl.window.rate_so_far(t).max(cl.pacer.rate().unwrap_or(0.0));
                             h.answer(&range);
@@ -699,6 +700,7 @@ impl<'a> Run<'a> {
                     key_range,
                     range_read,
                     range_held,
+                    parted: cl.hot.as_ref().is_some_and(|h| h.parted(t)),
                     accepted_units: a.accepted_units,
                     sent_units,
                     written_units: a.accepted_units,

@@ -210,6 +210,9 @@ impl Control {
     pub fn hot_answer(&self, mut a: hot::Answer<'_>) -> Option<(hot::Change, usize, Option<f64>)> {
         let h = self.hot.as_ref()?;
         a.now = self.now();
+        // Heard before the strategy reads it: still probing, this is the
+        // answer to the first request.
+        a.probe = self.strategy.lock().probing();
         let written = self.accepted.lock().rate_so_far(a.now);
         a.table_rate = written.max(self.pacer.rate().unwrap_or(0.0));
         let mut h = h.lock();
@@ -429,6 +432,7 @@ impl Control {
             key_range,
             range_read,
             range_held: self.hot_holds(),
+            parted: self.hot.as_ref().is_some_and(|h| h.lock().parted(now)),
             accepted_units,
             sent_units,
             written_units,

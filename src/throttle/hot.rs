@@ -84,6 +84,15 @@
 //! wrote is the range's pace and not the table's, is that a plain cut of
 //! the table's rate (see `Feedback::key_range`).
 //!
+//! **A parted table.** Any refusal by a key range says the table is split
+//! into partitions that admit less at once than it does: [`HotKeys::parted`]
+//! says so for [`PARTED_HOLD`] after the last one, and the table's strategy
+//! then keeps requests small (`Feedback::parted`), so that few items of one
+//! request land in one partition at once. The answer to a client's first
+//! request ([`Answer::probe`], a whole batch sent to learn what the table
+//! admits at once) parts the table but makes no key hot: a batch spreads
+//! over every partition and is refused where its items clump.
+//!
 //! Simplified: one rate for every hot key of a table, whichever partitions
 //! they are in (a client cannot know DynamoDB's hash ranges); with several
 //! hot partitions it learns what the busiest admits.
@@ -139,6 +148,12 @@ pub const SHARE_REPROBE: f64 = 1.25;
 pub const MAX_REPAY: Duration = Duration::from_secs(1);
 /// The hot range's rate is never cut below this (units/s).
 pub const MIN_RATE: f64 = 1.0;
+/// A key range's refusal says, for this long, that the table is split into
+/// partitions that admit less at once than it does ([`HotKeys::parted`]).
+/// DynamoDB splits a table by its size and throughput and does not merge the
+/// partitions back soon; ten minutes covers a batch job's run and lets a
+/// refusal that was a one-off lapse.
+pub const PARTED_HOLD: Duration = Duration::from_secs(600);
 /// A hot unit may go this much ahead of its schedule.
 const TOLERANCE: Duration = Duration::from_millis(20);
 
@@ -227,6 +242,14 @@ pub struct Answer<'a> {
     /// The table's rate (units/s, written or paced), to start the range's
     /// rate from; 0 when unknown.
     pub table_rate: f64,
+    /// The answer to the client's first request, a whole batch sent to
+    /// learn what the table admits at once: the keys its key ranges refused
+    /// are not made hot. Such a batch spreads over every partition, and a
+    /// partition that admits little at once refuses it where its items
+    /// clump, not where keys are hot; made hot, the top keys of cold
+    /// partitions were paced with the hot key for the whole run. The
+    /// refusal still says the table is parted ([`HotKeys::parted`]).
+    pub probe: bool,
 }
 
 /// What an answer changed.
@@ -270,6 +293,8 @@ pub struct HotKeys {
     written: AcceptedWindow,
     /// Leaky bucket: when the next hot unit is due.
     due: Duration,
+    /// When a key range last refused anything (a probe too).
+    refused_at: Option<Duration>,
 }
 
 impl Default for HotKeys {
@@ -289,6 +314,7 @@ impl Default for HotKeys {
             held: None,
             written: AcceptedWindow::new(WINDOW),
             due: Duration::ZERO,
+            refused_at: None,
         }
     }
 }
@@ -333,6 +359,15 @@ impl HotKeys {
         Ok(())
     }
 
+    /// Whether a key range refused anything within [`PARTED_HOLD`] of
+    /// `now`: the table is split into partitions that admit less at once
+    /// than it does, so that a request spread over them meets one that is
+    /// low wherever a few of its items clump (see `Feedback::parted`).
+    pub fn parted(&self, now: Duration) -> bool {
+        self.refused_at
+            .is_some_and(|t| now.saturating_sub(t) < PARTED_HOLD)
+    }
+
     /// Whether it held a hot unit back within [`WINDOW`] of `now`: records
     /// then wait on the range's pace, and what the table accepted says
     /// little of the table.
@@ -372,6 +407,12 @@ impl HotKeys {
             .last_answer
             .replace(now)
             .map_or(0.0, |t| now.saturating_sub(t).as_secs_f64().min(1.0));
+        if !a.refused.is_empty() {
+            self.refused_at = Some(now);
+        }
+        if a.probe {
+            return None;
+        }
         for r in &a.refused {
             self.keys.insert(r.key.to_string(), now);
             self.order.push_back((r.key.to_string(), now));
@@ -596,6 +637,7 @@ mod tests {
             }],
             cold_refused: !was_hot,
             table_rate: 200.0,
+            probe: false,
         }
     }
 
@@ -613,6 +655,28 @@ mod tests {
             refused: vec![],
             ..refusal(now, "", false)
         }
+    }
+
+    #[test]
+    fn a_probe_refused_by_key_ranges_parts_the_table_and_makes_no_key_hot() {
+        let mut h = HotKeys::default();
+        assert!(!h.parted(s(0.0)));
+        let probe = Answer {
+            probe: true,
+            ..refusal(1.0, "k", false)
+        };
+        assert_eq!(h.answer(&probe), None);
+        assert!(!h.is_hot("k"), "a batch's clump is no hot key");
+        assert_eq!(h.rate(), None);
+        assert!(h.parted(s(1.0)) && h.parted(s(1.0) + PARTED_HOLD - s(0.001)));
+        assert!(!h.parted(s(1.0) + PARTED_HOLD), "a one-off lapses");
+        // A later refusal parts it again, and finds a range as ever.
+        let later = 1.0 + PARTED_HOLD.as_secs_f64();
+        assert_eq!(h.answer(&refusal(later, "k", false)), Some(Change::Found));
+        assert!(h.is_hot("k") && h.parted(s(later)));
+        // An answer nothing refused neither parts nor un-parts it.
+        h.answer(&written(later + 1.0, 1.0));
+        assert!(h.parted(s(later + 1.0)));
     }
 
     #[test]
@@ -1064,6 +1128,7 @@ mod tests {
                     },
                     cold_refused: !ok && !hot,
                     table_rate: 200.0,
+                    probe: false,
                 });
             }
         }

@@ -65,6 +65,10 @@ pub struct Feedback {
     /// records go in order, so what was accepted is partly the range's pace,
     /// not a level of the table's free capacity.
     pub range_held: bool,
+    /// Key ranges refused writes to this table lately (see
+    /// `hot::HotKeys::parted`): it is split into partitions that admit less
+    /// at once than it does, and large requests meet them in clumps.
+    pub parted: bool,
     /// Capacity units the attempt consumed (what was written).
     pub accepted_units: f64,
     /// Capacity units the attempt asked for, by the items' own cost (no

@@ -242,6 +242,7 @@ mod tests {
         key_range: false,
         range_read: false,
         range_held: false,
+        parted: false,
         accepted_units: 0.0,
         sent_units: 0.0,
         written_units: 0.0,

@@ -512,9 +512,21 @@ fn hot_setup(then: fn(usize, &[Item]) -> BatchOutcome) -> Setup {
         })
     });
     let mut s = setup(script, StrategyConfig::default(), None);
-    s.ctl = Control::new(StrategyConfig::default().build(1), None, burst25());
+    s.ctl = heard_once(Control::new(
+        StrategyConfig::default().build(1),
+        None,
+        burst25(),
+    ));
     s.ctl.set_capacity(Some(200.0));
     s
+}
+
+/// A control that has heard one whole answer already, so that the first
+/// request of a test is no probe: a probe's refusals by key ranges make no
+/// key hot (see `hot::Answer::probe`).
+fn heard_once(ctl: Control) -> Control {
+    ctl.after_attempt(crate::throttle::control::Throttled::No, 1.0, 1.0, 1.0);
+    ctl
 }
 
 fn values(ids: &[&str]) -> Vec<String> {
@@ -543,7 +555,11 @@ async fn new_keys_refused(hot: bool) -> (f64, f64) {
         Ok(BatchOutcome::default())
     });
     let mut s = setup(script, StrategyConfig::default(), None);
-    s.ctl = Control::new(StrategyConfig::default().build(1), None, burst25());
+    s.ctl = heard_once(Control::new(
+        StrategyConfig::default().build(1),
+        None,
+        burst25(),
+    ));
     s.ctl.set_capacity(Some(200.0));
     let first = s.batch(&values(&["h0", "h1", "h2", "h3", "c0", "c1", "c2", "c3"]));
     s.write(first).await.unwrap();
@@ -657,6 +673,39 @@ async fn answers_without_a_breakdown_leave_the_index_at_its_prior() {
     })
     .await;
     assert_eq!((capacity, index.as_deref()), (Some(50.0), Some("by_g")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_refused_by_key_ranges_makes_no_key_hot_and_small_requests_follow() {
+    // The first request (the probe, a whole batch) comes back with the `h`
+    // items unprocessed and the cold ones after them written: a key range's
+    // pattern. The table is parted: what goes again goes in requests of at
+    // most 0.02 s of its 200 WCU/s (4 units), and no key is paced apart (a
+    // batch is refused where it clumps, not where keys are hot).
+    let script: Script = Box::new(|n, items| {
+        Ok(match n {
+            0 => unprocessed(items, |id| id.starts_with('h')),
+            _ => BatchOutcome::default(),
+        })
+    });
+    let mut s = setup(script, StrategyConfig::default(), None);
+    s.ctl = Control::new(StrategyConfig::default().build(1), None, burst25());
+    s.ctl.set_capacity(Some(200.0));
+    let ids = [
+        "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "c0", "c1", "c2", "c3",
+    ];
+    let first = s.batch(&values(&ids));
+    s.write(first).await.unwrap();
+    let report = s.ctl.report();
+    assert_eq!(report.hot_keys, 0, "{report:?}");
+    assert!(report.hot_rate.is_none());
+    let sizes: Vec<usize> = s.sink.calls().iter().map(|c| c.ids.len()).collect();
+    assert_eq!(sizes[0], 12, "the probe carries the whole batch: {sizes:?}");
+    assert!(
+        sizes.len() >= 3 && sizes[1..].iter().all(|n| *n <= 4),
+        "the eight refused go again four at most: {sizes:?}"
+    );
+    assert_eq!(sizes.iter().sum::<usize>(), 12 + 8);
 }
 
 #[tokio::test(start_paused = true)]

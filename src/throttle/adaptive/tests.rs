@@ -9,6 +9,7 @@ pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) ->
         key_range: false,
         range_read: false,
         range_held: false,
+        parted: false,
         accepted_units: units,
         // As much as was accepted: no size learned (see the size tests).
         sent_units: units,
@@ -192,6 +193,35 @@ fn starts_at_its_share_and_follows_workers_joining_and_leaving() {
         (a.rate().unwrap() - 147.0).abs() < 1e-9,
         "no partitions: unchanged"
     );
+}
+
+#[test]
+fn on_a_parted_table_requests_carry_a_fiftieth_of_a_second_and_no_less_than_an_item() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.after_attempt(&at(0, false, 25.0, Some(150.0)));
+    assert_eq!(a.max_request_units(), None, "whole batches");
+    let parted = |ms| Feedback {
+        parted: true,
+        ..at(ms, false, 3.0, Some(150.0))
+    };
+    a.after_attempt(&parted(100));
+    let limit = a.max_request_units().unwrap();
+    assert!((limit - 3.0).abs() < 1e-9, "0.02 s of 150: {limit}");
+    assert_eq!(a.rate(), Some(147.0), "the rate stays");
+    // The pacer releases no more at once either.
+    let (_, burst) = crate::throttle::control::slots_and_burst(&a, None);
+    assert!(burst <= 4, "{burst}");
+    // No longer parted (the key ranges' refusals lapsed): whole batches.
+    a.after_attempt(&at(200, false, 3.0, Some(150.0)));
+    assert_eq!(a.max_request_units(), None);
+    // A tiny table still sends one item a request (the request's room
+    // takes one whole item whatever the limit).
+    let mut tiny = Adaptive::new(AdaptiveConfig::default());
+    tiny.after_attempt(&Feedback {
+        parted: true,
+        ..at(0, false, 1.0, Some(10.0))
+    });
+    assert_eq!(tiny.max_request_units(), Some(1.0));
 }
 
 #[test]
