@@ -582,9 +582,18 @@ impl Adaptive {
     }
 
     /// Whether time slots may be kept: configured, not level mode, not
-    /// within `SLOTS_OFF` of a failed trial.
+    /// within `SLOTS_OFF` of a failed trial, and not on a parted table
+    /// (`Feedback::parted`). Slots tile the table's one bucket; a parted
+    /// table refuses partition by partition, and its partial answers read
+    /// as a table that admits little at once. There, on the hot range's 0.1 s
+    /// buckets with three workers, two kept to slots and the third, out of
+    /// them, met their requests at any rate and fell to 9-16 units/s of a
+    /// share of 30 (`make bench-dynamodb`, 2026-11-29, alternated: 1.60x,
+    /// 1.33x and 1.22x the bound at 0.6-1.2% throttled without slots there,
+    /// against 2.13x, 1.64x and 2.37x at 1.6-2.0%; README, "What binds the
+    /// hot range on 0.1 s buckets").
     fn slots_allowed(&self) -> bool {
-        self.cfg.time_slots && !self.level_mode && self.slots_off_until.is_none()
+        self.cfg.time_slots && !self.level_mode && self.slots_off_until.is_none() && !self.parted
     }
 
     /// Time slots are a bet that this client's peers are the only writers

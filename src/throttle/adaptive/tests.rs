@@ -818,6 +818,13 @@ fn peers_keep_to_time_slots_only_where_the_server_admits_under_a_tenth_of_a_seco
         ..AdaptiveConfig::default()
     };
     assert!(!answer(off, 10.0).slotted());
+    // Nor on a parted table: its partitions refuse, not its one bucket.
+    let mut parted = Adaptive::new(AdaptiveConfig::default());
+    parted.after_attempt(&Feedback {
+        parted: true,
+        ..third_of_200(0, 50.0, 10.0)
+    });
+    assert!(!parted.slotted());
     // Slotted, a client is alone in its slots: on the next answer its
     // requests may carry all the server admits at once, not a third of it.
     let mut a = shallow;
