@@ -40,7 +40,8 @@
 //! narrow a run; BENCH_HOT_TABLE_WCU and BENCH_HOT_BURST_S set the hot
 //! range's table capacity and bucket depth (the latter also the reference's); BENCH_SCALE multiplies the
 //! hot-range, live-writer and two-jobs runs' records; BENCH_LIVE_WCU sets the
-//! live writer's steady WCU/s (default 60); BENCH_LOG_DIR keeps each
+//! live writer's steady WCU/s (default 60); BENCH_HOT_LIVE_WCU puts such a
+//! writer on the hot range's table too (default 0: none); BENCH_LOG_DIR keeps each
 //! worker's log lines there; BENCH_INDEX_BURST_S sets the index rows'
 //! bucket depth (default 1 s).
 
@@ -53,6 +54,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -171,6 +173,38 @@ fn hot_burst_s() -> f64 {
     env_or("BENCH_HOT_BURST_S", 1.0)
 }
 
+/// A neighbour's steady WCU/s on the hot range's table:
+/// `BENCH_HOT_LIVE_WCU` (default 0, none). A shape the hot range was not
+/// tuned on: a parted table with another writer on it.
+fn hot_live_wcu() -> f64 {
+    env_or("BENCH_HOT_LIVE_WCU", 0.0_f64).max(0.0)
+}
+
+/// The job's records in a table (the neighbour's items, sort key -1, left
+/// out).
+async fn count_records(table: &str) -> usize {
+    let client = dynamo().await;
+    let mut n = 0;
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .filter_expression("attribute_not_exists(sk) OR sk >= :zero")
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan count");
+        n += page.count() as usize;
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return n;
+        }
+    }
+}
+
 /// `hot-range`: returns the row.
 async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     use ingest::proxy::partitions::Partitions;
@@ -187,6 +221,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     let proxy = ThrottleProxy::partitioned(4, 50, hot_burst_s());
     s.use_endpoint(&proxy.endpoint());
     configure(&s, v, "");
+    let live_wcu = hot_live_wcu();
     // Zipf(1.1) over 1,000 keys for 70% of the records, one key for 30%.
     let weights: Vec<f64> = (1..=1000).map(|k| (k as f64).powf(-1.1)).collect();
     let total: f64 = weights.iter().sum();
@@ -213,23 +248,63 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     for id in &ids {
         load[parts.of(&format!(r#"{{"S":"{id}"}}"#))] += 1.0;
     }
+    // The neighbour's WCU/s in each partition: its keys spread evenly.
+    let mut live_load = [0.0f64; 4];
+    for k in 0..LIVE_KEYS {
+        live_load[parts.of(&format!(r#"{{"S":"live-{k}"}}"#))] += live_wcu / LIVE_KEYS as f64;
+    }
     // Items of 1 WCU: the hot partition's maximum, or the table's capacity
-    // if that is what binds.
-    let bound_s = load
-        .iter()
-        .fold(n as f64 / table_wcu, |a, l| a.max(l / PARTITION_WCU));
+    // if that is what binds, less what the neighbour takes of either.
+    let bound_s = load.iter().zip(&live_load).fold(
+        n as f64 / (table_wcu - live_wcu).max(1.0),
+        |a, (l, live)| a.max(l / (PARTITION_WCU - live).max(1.0)),
+    );
     let batch = ids
         .iter()
         .enumerate()
         .map(|(n, id)| (id.clone(), Some(format!(r#"{{"id":"{id}","sk":{n}}}"#))))
         .collect();
     produce(&s.topic, batch).await;
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let writer = (live_wcu > 0.0).then(|| {
+        live_writer(
+            proxy.endpoint(),
+            s.table.clone(),
+            live_wcu,
+            stop.0.clone(),
+            true,
+        )
+    });
+    if writer.is_some() {
+        // The neighbour alone first, as production runs before a job starts.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
     let job = Job::start(&s, workers).finish(v.label);
+    drop(stop);
+    let live_counts = writer.map(|w| w.join().unwrap()).unwrap_or_default();
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
+    // PutItem is the neighbour's, and its throttles too.
+    let (throttled, requests) = (
+        throttled - live_counts.throttled as f64,
+        requests - live_counts.requests as f64,
+    );
     let steady = steady_throttles(&st);
-    let duration = write_span(&st);
-    // What the busiest partition admitted over the run, against its maximum.
+    // The job's seconds: with a neighbour, the timeline's (BatchWriteItem
+    // only), since the proxy's first write is the neighbour's.
+    let t = timeline(&st);
+    let busy: Vec<usize> = (0..t.len()).filter(|&i| t[i][1] > 0.0).collect();
+    let (first, last) = (
+        busy.first().copied().unwrap_or(0),
+        busy.last().copied().unwrap_or(0),
+    );
+    let duration = if live_wcu > 0.0 {
+        (last - first + 1) as f64
+    } else {
+        write_span(&st)
+    };
+    // What the busiest partition admitted (the neighbour's writes included)
+    // while the job wrote, against its maximum.
     let busiest = (0..load.len())
         .max_by(|&a, &b| load[a].total_cmp(&load[b]))
         .unwrap_or(0);
@@ -237,11 +312,13 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|sec| sec[busiest].as_f64())
+        .enumerate()
+        .filter(|(i, _)| live_wcu == 0.0 || (first..=last).contains(i))
+        .filter_map(|(_, sec)| sec[busiest].as_f64())
         .sum();
     let busiest_used = admitted / (PARTITION_WCU * duration.max(1.0));
     assert_eq!(
-        count(&dynamo().await, &s.table).await,
+        count_records(&s.table).await,
         n,
         "{}: every record written",
         v.label
@@ -265,6 +342,11 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "requests": requests,
         "throttled_rate": throttled / requests.max(1.0),
         "key_range_refused_items": st["key_range_refused_items"],
+        "live_wcu": live_wcu,
+        "live_load_wcu": live_load,
+        "live_requests": live_counts.requests,
+        "live_throttled": live_counts.throttled,
+        "live_failed": live_counts.failed,
         "items_written": job.items_written,
         "worker_requests": job.requests,
         "worker_throttled": job.throttled,
@@ -338,6 +420,9 @@ async fn index(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     })
 }
 
+/// The live writer's keys.
+const LIVE_KEYS: usize = 500;
+
 /// What the live writer saw: requests, throttles (a throughput error, or
 /// for BatchWriteItem any unprocessed item), and other failures.
 #[derive(Debug, Default, Clone, Copy)]
@@ -381,13 +466,16 @@ fn on_own_thread(
     })
 }
 
-/// Another writer: PutItem of 1 WCU items at `rate`/s, the SDK's retries
-/// off, until `stop` is set (dropping the [`StopOnDrop`] that holds it).
+/// Another writer: PutItem of 1 WCU items at `rate`/s over [`LIVE_KEYS`]
+/// keys (with `sort_key`, sort key -1, apart from the job's records), the
+/// SDK's retries off, until `stop` is set (dropping the [`StopOnDrop`] that
+/// holds it).
 fn live_writer(
     endpoint: String,
     table: String,
     rate: f64,
     stop: Arc<AtomicBool>,
+    sort_key: bool,
 ) -> std::thread::JoinHandle<LiveCounts> {
     on_own_thread(async move {
         let client = dynamo_without_retries(&endpoint);
@@ -396,13 +484,15 @@ fn live_writer(
         let mut c = LiveCounts::default();
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
-            let id = format!("live-{}", c.requests % 500);
-            let r = client
+            let id = format!("live-{}", c.requests % LIVE_KEYS as u64);
+            let mut put = client
                 .put_item()
                 .table_name(&table)
-                .item("id", aws_sdk_dynamodb::types::AttributeValue::S(id))
-                .send()
-                .await;
+                .item("id", AttributeValue::S(id));
+            if sort_key {
+                put = put.item("sk", AttributeValue::N("-1".into()));
+            }
+            let r = put.send().await;
             c.count(&r, false);
         }
         c
@@ -467,7 +557,7 @@ impl Paced {
     /// One lane: takes the next request's time on the schedule (now, if
     /// that has passed), waits for it, sends, counts the answer.
     async fn lane(self: Arc<Self>) {
-        use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
         while !self.stop.load(Ordering::Relaxed) {
             let (at, i, pad) = {
                 let mut s = self.schedule.lock().unwrap();
@@ -624,7 +714,13 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
     let (batch, _) = mixed(n, &format!("r{run}"));
     produce(&s.topic, batch).await;
     let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-    let writer = live_writer(proxy.endpoint(), s.table.clone(), live_wcu, stop.0.clone());
+    let writer = live_writer(
+        proxy.endpoint(),
+        s.table.clone(),
+        live_wcu,
+        stop.0.clone(),
+        false,
+    );
     // The live writer alone first, as production runs before a job starts.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let job = Job::start(&s, 3).finish(v.label);
@@ -1090,6 +1186,15 @@ fn markdown(rows: &[Value]) -> String {
         hot_table_wcu(),
         hot_burst_s()
     );
+    if hot_live_wcu() > 0.0 {
+        md += &format!(
+            "Another writer on the table at a steady {:.0} WCU/s (PutItem, 500 keys, 5 s before the job): \
+             the bound counts what it takes of each partition and of the table, \
+             the busiest partition's use includes its writes, and its own throttles \
+             follow the table.\n\n",
+            hot_live_wcu()
+        );
+    }
     md.push_str(
         "Bound: the busiest partition's records / 50 WCU/s, or all records / the table's capacity if longer \
          (every record is its own item: the table has a sort key). \
@@ -1100,8 +1205,15 @@ fn markdown(rows: &[Value]) -> String {
         if failed(r, &mut md) {
             continue;
         }
+        let neighbour = match r["live_requests"].as_u64() {
+            Some(n) if n > 0 => format!(
+                "; the neighbour's throttled: {} of {n}",
+                r["live_throttled"]
+            ),
+            _ => String::new(),
+        };
         md += &format!(
-            "| {} | {} | {:.2}x ({:.0} s / {:.0} s) | {:.0} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.2}x ({:.0} s / {:.0} s) | {:.0} | {} | {} | {} | {}{neighbour} |\n",
             r["strategy"].as_str().unwrap_or(""),
             r["workers"],
             r["time_vs_bound"].as_f64().unwrap_or(0.0),

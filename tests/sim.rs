@@ -344,6 +344,12 @@ fn bad_scenarios_exit_2_naming_the_field() {
         "[clients]\nclock_skew_ms = -5",
     );
     let keyless = variant("keyless.toml", "hot-range", "keys = {", "# keys = {");
+    let crowded = variant(
+        "crowded.toml",
+        "hot-range-neighbour",
+        "partition_max_per_s = 50",
+        "partition_max_per_s = 10",
+    );
     let keyless_entry = variant(
         "keyless-entry.toml",
         "heroku",
@@ -359,6 +365,10 @@ fn bad_scenarios_exit_2_naming_the_field() {
         (
             keyless,
             "server.partitions: needs clients.keys (which partition an item goes to)",
+        ),
+        (
+            crowded,
+            "server.foreign_per_s = 45: its part of each of the 4 partitions must be below partition_max_per_s (10)",
         ),
         (
             skewed,
@@ -669,6 +679,27 @@ fn the_hot_range_is_bound_by_its_partition_and_the_default_uses_it() {
         "no partitions: the table binds ({})",
         p.utilization
     );
+}
+
+/// A neighbour on the hot range's table (`hot-range-neighbour.toml`, 45 of
+/// 150 WCU/s over keys that spread evenly) takes its part of every
+/// partition, the hot one too: the default uses nearly all that it leaves of
+/// the busiest one, at about 1% of its requests throttled. A shape the hot
+/// range was not tuned on.
+#[test]
+fn with_a_neighbour_on_a_parted_table_the_default_uses_what_it_leaves_of_the_hot_partition() {
+    on_seeds("hot-range-neighbour", |seed, s| {
+        let d = by(s, "adaptive");
+        let used = d
+            .busiest_partition_use
+            .expect("partitions: the busiest partition is measured");
+        assert!(
+            (0.9..1.01).contains(&used),
+            "seed {seed}: busiest partition {used} of what the neighbour leaves"
+        );
+        let rate = d.throttled as f64 / d.requests as f64;
+        assert!(rate < 0.02, "seed {seed}: throttled {rate}");
+    });
 }
 
 /// Splits one CSV line into its fields, as RFC 4180 reads them (a quoted

@@ -78,7 +78,9 @@ pub struct Server {
     pub schedule: Vec<Step>,
     /// dynamodb: units per second another writer (the live application)
     /// takes from the table, steadily and first. The clients are told the
-    /// whole capacity; utilization is measured against what is left.
+    /// whole capacity; utilization is measured against what is left. With
+    /// `partitions`, its keys spread evenly: it takes its part of each
+    /// partition too.
     #[serde(default)]
     pub foreign_per_s: f64,
     /// on-demand: what the table admits at first, units/s (its previous peak
@@ -398,6 +400,12 @@ impl Scenario {
                 return bad(format!(
                     "server.partition_max_per_s = {}: must be > 0",
                     sv.partition_max_per_s
+                ));
+            }
+            if sv.foreign_per_s / n as f64 >= sv.partition_max_per_s {
+                return bad(format!(
+                    "server.foreign_per_s = {}: its part of each of the {n} partitions must be below partition_max_per_s ({})",
+                    sv.foreign_per_s, sv.partition_max_per_s
                 ));
             }
             let depth = sv.partition_depth_s();

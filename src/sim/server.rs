@@ -125,13 +125,12 @@ impl Server {
             accepted: 0.0,
             foreign: cfg.foreign_per_s,
             partitions: cfg.partitions.map(|n| {
-                let p = Partitions::new(
-                    n,
-                    cfg.partition_max_per_s,
-                    cfg.partition_depth_s(),
-                    Duration::ZERO,
-                );
-                (p, vec![0.0; n], cfg.partition_max_per_s)
+                // The other writer's keys spread over every partition: its
+                // steady part of each never reaches the partition's bucket
+                // either, which keeps its depth in seconds (as the table's).
+                let max = cfg.partition_max_per_s - cfg.foreign_per_s / n as f64;
+                let p = Partitions::new(n, max, cfg.partition_depth_s(), Duration::ZERO);
+                (p, vec![0.0; n], max)
             }),
         }
     }
@@ -141,8 +140,9 @@ impl Server {
         self.partitions.as_ref().map_or(0, |(p, ..)| p.of(key))
     }
 
-    /// What the busiest partition admitted up to `now`, over its maximum x
-    /// the time (None without partitions).
+    /// What the busiest partition admitted up to `now`, over its maximum
+    /// (less the other writer's part of it) x the time (None without
+    /// partitions).
     pub fn busiest_partition_use(&self, now: Duration) -> Option<f64> {
         let (_, admitted, max) = self.partitions.as_ref()?;
         let most = admitted.iter().copied().fold(0.0, f64::max);
@@ -499,6 +499,31 @@ mod tests {
             (150, false)
         );
         assert_eq!(plain.busiest_partition_use(s(1.0)), None);
+    }
+
+    #[test]
+    fn a_neighbour_takes_its_part_of_each_partition_too() {
+        // 40 units/s spread over 4 partitions of 50: 10 of each.
+        let mut c = cfg(Model::Dynamodb, None, 150.0);
+        c.partitions = Some(4);
+        c.partition_max_per_s = 50.0;
+        c.foreign_per_s = 40.0;
+        let mut sv = Server::new(&c, false);
+        let hot = sv.partition_of("hot");
+        // Asking the hot partition for 60 units every second: 40 fit, once
+        // its bucket (1 s of 40) has been drained.
+        let mut written = 0;
+        for t in 1..=10 {
+            written = sv
+                .request(&[1.0; 60], &[hot; 60], s(t as f64))
+                .accepted_items();
+        }
+        assert_eq!(written, 40);
+        let used = sv.busiest_partition_use(s(10.0)).expect("partitions");
+        assert!(
+            (used - 1.0).abs() < 1e-9,
+            "400 of what the neighbour leaves, 40 x 10 s: {used}"
+        );
     }
 
     #[test]
