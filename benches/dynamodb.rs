@@ -41,7 +41,8 @@
 //! range's table capacity and bucket depth (the latter also the reference's); BENCH_SCALE multiplies the
 //! hot-range, live-writer and two-jobs runs' records; BENCH_LIVE_WCU sets the
 //! live writer's steady WCU/s (default 60); BENCH_HOT_LIVE_WCU puts such a
-//! writer on the hot range's table too (default 0: none); BENCH_LOG_DIR keeps each
+//! writer on the hot range's table too (default 0: none), and
+//! BENCH_HOT_BUDGET a `budget_fraction` for its job; BENCH_LOG_DIR keeps each
 //! worker's log lines there; BENCH_INDEX_BURST_S sets the index rows'
 //! bucket depth (default 1 s).
 
@@ -180,6 +181,14 @@ fn hot_live_wcu() -> f64 {
     env_or("BENCH_HOT_LIVE_WCU", 0.0_f64).max(0.0)
 }
 
+/// The hot range's job's `budget_fraction`: `BENCH_HOT_BUDGET` (default
+/// none).
+fn hot_budget() -> Option<f64> {
+    std::env::var("BENCH_HOT_BUDGET")
+        .ok()
+        .map(|v| v.parse().expect("BENCH_HOT_BUDGET: a fraction, as 0.65"))
+}
+
 /// The job's records in a table (the neighbour's items, sort key -1, left
 /// out).
 async fn count_records(table: &str) -> usize {
@@ -220,7 +229,9 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     .await;
     let proxy = ThrottleProxy::partitioned(4, 50, hot_burst_s());
     s.use_endpoint(&proxy.endpoint());
-    configure(&s, v, "");
+    let budget = hot_budget();
+    let extra = budget.map_or(String::new(), |b| format!("budget_fraction = {b}\n"));
+    configure(&s, v, &extra);
     let live_wcu = hot_live_wcu();
     // Zipf(1.1) over 1,000 keys for 70% of the records, one key for 30%.
     let weights: Vec<f64> = (1..=1000).map(|k| (k as f64).powf(-1.1)).collect();
@@ -342,11 +353,13 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "requests": requests,
         "throttled_rate": throttled / requests.max(1.0),
         "key_range_refused_items": st["key_range_refused_items"],
+        "budget": budget,
         "live_wcu": live_wcu,
         "live_load_wcu": live_load,
         "live_requests": live_counts.requests,
         "live_throttled": live_counts.throttled,
         "live_failed": live_counts.failed,
+        "live_throttled_at_s": live_counts.throttled_at[..(live_counts.throttled as usize).min(LIVE_TIMES)],
         "items_written": job.items_written,
         "worker_requests": job.requests,
         "worker_throttled": job.throttled,
@@ -430,7 +443,13 @@ struct LiveCounts {
     requests: u64,
     throttled: u64,
     failed: u64,
+    /// When its first throttles came, seconds after it began (the live
+    /// writer's; [`LIVE_TIMES`] at most).
+    throttled_at: [f64; LIVE_TIMES],
 }
+
+/// The live writer's throttles whose times are kept.
+const LIVE_TIMES: usize = 16;
 
 impl LiveCounts {
     /// Counts one answer: `partial` (some items unprocessed), else the
@@ -482,6 +501,7 @@ fn live_writer(
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut c = LiveCounts::default();
+        let began = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
             let id = format!("live-{}", c.requests % LIVE_KEYS as u64);
@@ -493,7 +513,11 @@ fn live_writer(
                 put = put.item("sk", AttributeValue::N("-1".into()));
             }
             let r = put.send().await;
+            let before = c.throttled as usize;
             c.count(&r, false);
+            if c.throttled as usize > before && before < LIVE_TIMES {
+                c.throttled_at[before] = began.elapsed().as_secs_f64();
+            }
         }
         c
     })
@@ -756,6 +780,7 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
         "live_throttled": live_throttled,
         "live_throttled_rate": live_throttled as f64 / live_requests.max(1) as f64,
         "live_failed": live_counts.failed,
+        "live_throttled_at_s": live_counts.throttled_at[..(live_counts.throttled as usize).min(LIVE_TIMES)],
         "wall_s": job.wall_s,
         "worker_trace": job.trace,
     })
@@ -1194,6 +1219,9 @@ fn markdown(rows: &[Value]) -> String {
              follow the table.\n\n",
             hot_live_wcu()
         );
+    }
+    if let Some(b) = hot_budget() {
+        md += &format!("The job's `budget_fraction`: {b}.\n\n");
     }
     md.push_str(
         "Bound: the busiest partition's records / 50 WCU/s, or all records / the table's capacity if longer \
