@@ -58,14 +58,6 @@ impl Budget {
         self.limit(capacity).map(|l| l * share.min(1.0))
     }
 
-    /// The limit as a part of `capacity` (at most 1; None: no budget, or
-    /// no capacity known). The hot range keeps to it of what its key range
-    /// admits (see `HotKeys::keep_to`).
-    pub fn part(&self, capacity: Option<f64>) -> Option<f64> {
-        let c = capacity.filter(|c| *c > 0.0)?;
-        self.limit(Some(c)).map(|l| (l / c).min(1.0))
-    }
-
     /// Checks the values: a fraction in (0, 1], WCU > 0. The error names
     /// the key (`budget_fraction` or `budget_wcu`), its value and the rule.
     pub fn validate(&self) -> Result<(), (&'static str, f64, &'static str)> {
@@ -115,27 +107,6 @@ mod tests {
         assert_eq!(abs.worker_cap(None, None), Some(300.0));
         assert_eq!(Budget::default().capacity_seen(Some(7.0)), Some(7.0));
         assert_eq!(Budget::default().worker_cap(Some(7.0), None), None);
-    }
-
-    #[test]
-    fn the_budget_as_a_part_of_the_capacity() {
-        let b = Budget {
-            fraction: Some(0.5),
-            wcu: Some(80.0),
-        };
-        assert_eq!(b.part(Some(200.0)), Some(0.4), "80 of 200");
-        assert_eq!(b.part(Some(100.0)), Some(0.5));
-        let abs = Budget {
-            fraction: None,
-            wcu: Some(300.0),
-        };
-        assert_eq!(
-            abs.part(Some(100.0)),
-            Some(1.0),
-            "above the capacity: all of it"
-        );
-        assert_eq!(abs.part(None), None, "no capacity known: no part");
-        assert_eq!(Budget::default().part(Some(100.0)), None);
     }
 
     #[test]

@@ -359,9 +359,6 @@ impl Control {
         if let Some(rate) = lower(rate, cap) {
             self.pacer.steer(Some(rate), burst, slots);
         }
-        if let Some(h) = &self.hot {
-            h.lock().keep_to(self.budget.part(self.capacity()));
-        }
     }
 
     /// The next throttle reported named an account limit or an on-demand
@@ -628,33 +625,6 @@ mod tests {
         c.set_capacity(Some(200.0));
         c.set_indexes([IndexInfo::new("by_g", Some(50.0), &["g"])]);
         assert_eq!(c.report().budget, Some(25.0));
-    }
-
-    #[test]
-    fn a_budget_is_the_hot_ranges_part_of_what_its_key_range_admits() {
-        let kept = |b: Budget| {
-            let c = Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(b);
-            let before = c.hot.as_ref().unwrap().lock().kept();
-            c.set_capacity(Some(150.0));
-            let after = c.hot.as_ref().unwrap().lock().kept();
-            (before, after)
-        };
-        let fraction = |f| Budget {
-            fraction: Some(f),
-            wcu: None,
-        };
-        assert_eq!(
-            kept(fraction(0.65)),
-            (None, Some(0.65)),
-            "a part of a capacity known"
-        );
-        let absolute = Budget {
-            fraction: None,
-            wcu: Some(75.0),
-        };
-        assert_eq!(kept(absolute), (None, Some(0.5)), "75 of 150, once known");
-        assert_eq!(kept(fraction(1.0)), (None, None), "all of it: no budget");
-        assert_eq!(kept(Budget::default()), (None, None));
     }
 
     #[test]

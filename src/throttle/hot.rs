@@ -93,13 +93,6 @@
 //! admits at once) parts the table but makes no key hot: a batch spreads
 //! over every partition and is refused where its items clump.
 //!
-//! **A budget** (`budget_fraction`, `budget_wcu`) is the job's promise to
-//! leave the table's other writers room, and on a parted table the room that
-//! binds is the hot partition's: the range keeps to the budget's part of the
-//! table's capacity of the level its keys were last refused at, and does not
-//! re-guess past it, nor when its worker's share grows; its keys stay hot
-//! while it holds their units back ([`HotKeys::keep_to`]).
-//!
 //! Simplified: one rate for every hot key of a table, whichever partitions
 //! they are in (a client cannot know DynamoDB's hash ranges); with several
 //! hot partitions it learns what the busiest admits.
@@ -302,9 +295,6 @@ pub struct HotKeys {
     due: Duration,
     /// When a key range last refused anything (a probe too).
     refused_at: Option<Duration>,
-    /// The job's budget as a part of the table's capacity, below 1 (see
-    /// [`HotKeys::keep_to`]; None: no budget).
-    kept: Option<f64>,
 }
 
 impl Default for HotKeys {
@@ -325,7 +315,6 @@ impl Default for HotKeys {
             written: AcceptedWindow::new(WINDOW),
             due: Duration::ZERO,
             refused_at: None,
-            kept: None,
         }
     }
 }
@@ -401,44 +390,13 @@ impl HotKeys {
             return false;
         };
         let guessing = self.guess.is_some_and(|g| !g.again);
-        if self.rate.is_none() || guessing || self.kept.is_some() || now <= SHARE_REPROBE * at_cut {
+        if self.rate.is_none() || guessing || now <= SHARE_REPROBE * at_cut {
             return false;
         }
         self.guess = self.rate.map(Guess::new);
         self.same_level = 0;
         self.share_at_cut = Some(now);
         true
-    }
-
-    /// Keeps the range to `part` (the job's budget as a part of the table's
-    /// capacity; None or 1: no budget) of the level its keys were last
-    /// refused at, what their key range admitted with the other writers'
-    /// part taken, and never probes past it again (no re-guess). A budget is
-    /// how the job leaves the live application room, and on a parted table
-    /// the room that binds is the hot partition's: kept to the table's
-    /// budget alone, the range took all of its partition and the neighbour
-    /// writing there was refused (`make bench-dynamodb`'s hot range with
-    /// `BENCH_HOT_LIVE_WCU=45 BENCH_HOT_BUDGET=0.65`, one worker: 6 of
-    /// 2,569 PutItem refused). A guess still grows until a refusal says
-    /// where the level is: the budget is a part of a level, learned. No
-    /// re-guess, and no doubling when this worker's share grows (see
-    /// [`HotKeys::share`]); and since the range is then not refused, its
-    /// keys stay hot while it holds their units back, past [`TTL`].
-    pub fn keep_to(&mut self, part: Option<f64>) {
-        self.kept = part.filter(|p| p.is_finite() && *p > 0.0 && *p < 1.0);
-    }
-
-    /// The budget's part the range keeps to (see [`HotKeys::keep_to`]).
-    #[cfg(test)]
-    pub(crate) fn kept(&self) -> Option<f64> {
-        self.kept
-    }
-
-    /// The most the rate may be now: the budget's part of the last cut's
-    /// level, once a refusal set it (None: no budget, or still guessing).
-    fn kept_rate(&self) -> Option<f64> {
-        let part = self.kept?;
-        (self.w_max > 0.0 && self.guess.is_none()).then(|| (part * self.w_max).max(MIN_RATE))
     }
 
     /// Learns from an answered request (see the module doc); says whether
@@ -541,7 +499,7 @@ impl HotKeys {
             Some(rate) if !hot_refused && self.written.rate_so_far(now) >= 0.5 * rate => {
                 let t = now.saturating_sub(self.last_cut).as_secs_f64();
                 let k = PROBE.as_secs_f64() * f64::from(1u32 << self.same_level);
-                if t >= REGUESS * k && self.guess.is_none() && self.kept.is_none() {
+                if t >= REGUESS * k && self.guess.is_none() {
                     // Cut below the partition's maximum (a start's burst
                     // refused, or a maximum raised): the convex curve from
                     // a low level crawls (a range cut to 8 units/s took 35 s
@@ -575,8 +533,7 @@ impl HotKeys {
                 } else {
                     let c3 = self.w_max * (1.0 - DECREASE) / k.powi(3);
                     let curve = c3 * (t - k).powi(3) + self.w_max;
-                    let up = curve.max(rate);
-                    self.kept_rate().map_or(up, |most| up.min(most))
+                    curve.max(rate)
                 });
             }
             _ => {}
@@ -595,8 +552,7 @@ impl HotKeys {
         };
         self.w_max = base;
         self.share_at_cut = self.share;
-        let part = self.kept.unwrap_or(1.0).min(DECREASE);
-        let rate = (base * part).max(MIN_RATE);
+        let rate = (base * DECREASE).max(MIN_RATE);
         self.rate = Some(rate);
         let wait = Duration::from_secs_f64(refused / rate).min(MAX_REPAY);
         self.due = self.due.max(now + wait);
@@ -606,13 +562,9 @@ impl HotKeys {
     /// Forgets keys not refused within `TTL`, and the least recently
     /// refused beyond `MAX_KEYS`; with none left, the range and its rate too.
     fn forget(&mut self, now: Duration) {
-        // Kept to a budget, the range is not refused while it paces its
-        // keys: they stay hot while it holds their units back (forgotten,
-        // they would go at the table's pace into the partition again).
-        let kept_busy = self.kept.is_some() && self.holds(now);
         while let Some((key, t)) = self.order.front() {
             let current = self.keys.get(key) == Some(t);
-            let expired = now.saturating_sub(*t) >= TTL && !kept_busy;
+            let expired = now.saturating_sub(*t) >= TTL;
             if current && !expired && self.keys.len() <= MAX_KEYS {
                 break;
             }
@@ -948,54 +900,6 @@ mod tests {
         h.answer(&written(t + 100.0, 1.0));
         assert!(h.is_empty());
         assert_eq!(h.rate(), None);
-    }
-
-    #[test]
-    fn with_a_budget_the_range_keeps_to_its_part_of_the_level_refused_and_probes_no_further() {
-        // The same range and cuts, with and without a budget of 0.65.
-        let mut free = cut_twice(None);
-        let mut kept = HotKeys::default();
-        kept.keep_to(Some(0.65));
-        kept.answer(&refusal(0.0, "k", false));
-        kept.answer(&refusal(0.5, "k", true));
-        kept.answer(&refusal(1.0, "k", true));
-        let level = free.rate().unwrap() / DECREASE;
-        let at = kept.rate().unwrap();
-        assert!(
-            (at - 0.65 * kept.w_max).abs() < 1e-9,
-            "each cut to the budget's part of the level refused: {at} of {}",
-            kept.w_max
-        );
-        // Used for a minute with no refusal: the range without a budget
-        // climbs back and then grows past the level; with one it stays.
-        use_it(&mut free, 1.0, 60.0);
-        use_it(&mut kept, 1.0, 60.0);
-        assert!(free.rate().unwrap() > 2.0 * level, "{:?}", free.rate());
-        assert_eq!(kept.rate(), Some(at), "never past its part of the level");
-        // A refusal while kept (the neighbour wants more): down again.
-        kept.answer(&refusal(60.1, "k", true));
-        assert!(kept.rate().unwrap() < at, "{:?}", kept.rate());
-        // Its worker's share doubling does not make it probe either.
-        kept.share(Some(0.3));
-        let mut kept_shared = kept.clone();
-        kept_shared.share_at_cut = Some(0.3);
-        assert!(!kept_shared.share(Some(0.9)), "no re-probe with a budget");
-        // Not refused, its keys stay hot past TTL while it holds their
-        // units back; once it holds none back for WINDOW, TTL forgets them.
-        let mut t = 61.0;
-        while t < 200.0 {
-            t += 0.05;
-            while kept.admit(s(t), 1.0).is_ok() {}
-            kept.answer(&written(t, 0.05 * kept.rate().unwrap()));
-        }
-        assert!(kept.is_hot("k"), "held back all along: still hot");
-        kept.answer(&written(t + 3.0, 1.0));
-        assert!(kept.is_empty(), "idle: forgotten");
-        // No budget, or all of the capacity, is none.
-        let mut whole = cut_twice(None);
-        whole.keep_to(Some(1.0));
-        use_it(&mut whole, 1.0, 60.0);
-        assert_eq!(whole.rate(), free.rate());
     }
 
     #[test]
