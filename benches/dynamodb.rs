@@ -189,31 +189,6 @@ fn hot_budget() -> Option<f64> {
         .map(|v| v.parse().expect("BENCH_HOT_BUDGET: a fraction, as 0.65"))
 }
 
-/// The job's records in a table (the neighbour's items, sort key -1, left
-/// out).
-async fn count_records(table: &str) -> usize {
-    let client = dynamo().await;
-    let mut n = 0;
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .select(aws_sdk_dynamodb::types::Select::Count)
-            .filter_expression("attribute_not_exists(sk) OR sk >= :zero")
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .expect("scan count");
-        n += page.count() as usize;
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            return n;
-        }
-    }
-}
-
 /// `hot-range`: returns the row.
 async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
     use ingest::proxy::partitions::Partitions;
@@ -276,23 +251,13 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         .map(|(n, id)| (id.clone(), Some(format!(r#"{{"id":"{id}","sk":{n}}}"#))))
         .collect();
     produce(&s.topic, batch).await;
-    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-    let writer = (live_wcu > 0.0).then(|| {
-        live_writer(
-            proxy.endpoint(),
-            s.table.clone(),
-            live_wcu,
-            stop.0.clone(),
-            true,
-        )
-    });
-    if writer.is_some() {
-        // The neighbour alone first, as production runs before a job starts.
-        tokio::time::sleep(Duration::from_secs(5)).await;
-    }
+    let neighbour = if live_wcu > 0.0 {
+        Some(Neighbour::start(proxy.endpoint(), s.table.clone(), live_wcu, true).await)
+    } else {
+        None
+    };
     let job = Job::start(&s, workers).finish(v.label);
-    drop(stop);
-    let live_counts = writer.map(|w| w.join().unwrap()).unwrap_or_default();
+    let live_counts = neighbour.map(Neighbour::finish).unwrap_or_default();
     let st = proxy.stats(&s.table);
     let (throttled, requests) = proxy_rate(&st);
     // PutItem is the neighbour's, and its throttles too.
@@ -329,7 +294,16 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         .sum();
     let busiest_used = admitted / (PARTITION_WCU * duration.max(1.0));
     assert_eq!(
-        count_records(&s.table).await,
+        // The neighbour's items (sort key -1) left out.
+        count_where(
+            &dynamo().await,
+            &s.table,
+            Some((
+                "attribute_not_exists(sk) OR sk >= :v",
+                AttributeValue::N("0".into())
+            )),
+        )
+        .await,
         n,
         "{}: every record written",
         v.label
@@ -359,7 +333,7 @@ async fn hot_range(v: &Variant, workers: usize, n: usize, run: usize) -> Value {
         "live_requests": live_counts.requests,
         "live_throttled": live_counts.throttled,
         "live_failed": live_counts.failed,
-        "live_throttled_at_s": live_counts.throttled_at[..(live_counts.throttled as usize).min(LIVE_TIMES)],
+        "live_throttled_at_s": live_counts.throttle_times(),
         "items_written": job.items_written,
         "worker_requests": job.requests,
         "worker_throttled": job.throttled,
@@ -452,6 +426,11 @@ struct LiveCounts {
 const LIVE_TIMES: usize = 16;
 
 impl LiveCounts {
+    /// When its first throttles came (see `throttled_at`).
+    fn throttle_times(&self) -> &[f64] {
+        &self.throttled_at[..(self.throttled as usize).min(LIVE_TIMES)]
+    }
+
     /// Counts one answer: `partial` (some items unprocessed), else the
     /// error's code if any.
     fn count<T, E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(
@@ -521,6 +500,33 @@ fn live_writer(
         }
         c
     })
+}
+
+/// How long a neighbour writes alone before the job starts, as production
+/// runs before a job does.
+const NEIGHBOUR_LEAD: Duration = Duration::from_secs(5);
+
+/// A [`live_writer`] running, stopped when finished or dropped (the job's
+/// panic included).
+struct Neighbour {
+    stop: StopOnDrop,
+    writer: std::thread::JoinHandle<LiveCounts>,
+}
+
+impl Neighbour {
+    /// Starts it and lets it write alone for [`NEIGHBOUR_LEAD`].
+    async fn start(endpoint: String, table: String, rate: f64, sort_key: bool) -> Self {
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+        let writer = live_writer(endpoint, table, rate, stop.0.clone(), sort_key);
+        tokio::time::sleep(NEIGHBOUR_LEAD).await;
+        Self { stop, writer }
+    }
+
+    /// Stops it; what it saw.
+    fn finish(self) -> LiveCounts {
+        drop(self.stop);
+        self.writer.join().unwrap()
+    }
 }
 
 /// A writer told its rate: BatchWriteItem of `clump` items, of 1 WCU or, with
@@ -737,19 +743,9 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
     configure(&s, v, &extra);
     let (batch, _) = mixed(n, &format!("r{run}"));
     produce(&s.topic, batch).await;
-    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-    let writer = live_writer(
-        proxy.endpoint(),
-        s.table.clone(),
-        live_wcu,
-        stop.0.clone(),
-        false,
-    );
-    // The live writer alone first, as production runs before a job starts.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let neighbour = Neighbour::start(proxy.endpoint(), s.table.clone(), live_wcu, false).await;
     let job = Job::start(&s, 3).finish(v.label);
-    drop(stop);
-    let live_counts = writer.join().unwrap();
+    let live_counts = neighbour.finish();
     let (live_requests, live_throttled) = (live_counts.requests, live_counts.throttled);
     let st = proxy.stats(&s.table);
     let f = |k: &str| st[k].as_f64().unwrap_or(0.0);
@@ -780,7 +776,7 @@ async fn live(v: &Variant, budget: Option<f64>, n: usize, run: usize) -> Value {
         "live_throttled": live_throttled,
         "live_throttled_rate": live_throttled as f64 / live_requests.max(1) as f64,
         "live_failed": live_counts.failed,
-        "live_throttled_at_s": live_counts.throttled_at[..(live_counts.throttled as usize).min(LIVE_TIMES)],
+        "live_throttled_at_s": live_counts.throttle_times(),
         "wall_s": job.wall_s,
         "worker_trace": job.trace,
     })
@@ -1213,11 +1209,12 @@ fn markdown(rows: &[Value]) -> String {
     );
     if hot_live_wcu() > 0.0 {
         md += &format!(
-            "Another writer on the table at a steady {:.0} WCU/s (PutItem, 500 keys, 5 s before the job): \
+            "Another writer on the table at a steady {:.0} WCU/s (PutItem, {LIVE_KEYS} keys, {} s before the job): \
              the bound counts what it takes of each partition and of the table, \
              the busiest partition's use includes its writes, and its own throttles \
              follow the table.\n\n",
-            hot_live_wcu()
+            hot_live_wcu(),
+            NEIGHBOUR_LEAD.as_secs()
         );
     }
     if let Some(b) = hot_budget() {

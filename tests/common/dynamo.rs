@@ -188,6 +188,18 @@ pub async fn scan(
 }
 
 pub async fn count(client: &Client, table: &str) -> usize {
+    count_where(client, table, None).await
+}
+
+/// The items of `table` that `filter` (a filter expression and its one
+/// value, named `:v`) keeps; every item with None.
+pub async fn count_where(
+    client: &Client,
+    table: &str,
+    filter: Option<(&str, aws_sdk_dynamodb::types::AttributeValue)>,
+) -> usize {
+    let (expression, value) = filter.unzip();
+    let values = value.map(|v| HashMap::from([(":v".to_string(), v)]));
     let mut n = 0;
     let mut start = None;
     loop {
@@ -195,6 +207,8 @@ pub async fn count(client: &Client, table: &str) -> usize {
             .scan()
             .table_name(table)
             .select(aws_sdk_dynamodb::types::Select::Count)
+            .set_filter_expression(expression.map(str::to_string))
+            .set_expression_attribute_values(values.clone())
             .set_exclusive_start_key(start)
             .send()
             .await
