@@ -139,11 +139,21 @@ pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
-/// A free loopback port.
+/// A free loopback port for a worker to listen on, below Linux's
+/// ephemeral range (32768-60999 by default). A port the OS picks for a
+/// listener comes from that range, which it also hands to outgoing
+/// connections, and the benches open thousands (the proxy, LocalStack):
+/// one took a worker's ops port between the pick and the worker's bind
+/// (`make bench-dynamodb`, two jobs, 2026-11-29: "cannot listen on
+/// ops.listen ...: Address already in use"). A port below the range is
+/// never given to an outgoing connection, so once it binds here only
+/// another explicit listener can take it. After 200 ports that do not
+/// bind, one the OS picks.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let mut rng = rand::rng();
+    let bound = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).ok();
+    (0..200)
+        .map(|_| rng.random_range(20_000..32_000))
+        .find(|&port| bound(port).is_some())
+        .unwrap_or_else(|| bound(0).unwrap().local_addr().unwrap().port())
 }
