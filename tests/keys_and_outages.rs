@@ -68,6 +68,29 @@ async fn kafka_key_mode_makes_redelivery_overwrite_not_duplicate() {
     assert_eq!(item["v"], AttributeValue::N("0".into()));
 }
 
+/// The benches' other writers loop until told to stop, on a client whose
+/// SDK never retries (`dynamo_without_retries`). Against a server that
+/// accepts connections and never answers, its call gives up by itself (10
+/// s) instead of hanging the writer's thread and the bench that joins it.
+/// The 60 s bound is only how long a hang takes to fail the test.
+#[tokio::test]
+async fn a_call_to_a_server_that_never_answers_gives_up() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let client = dynamo_without_retries(&format!("http://{addr}"));
+    let call = client.describe_table().table_name("t").send();
+    let answer = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the call hung: no timeout");
+    assert!(answer.is_err(), "a server that never answers: {answer:?}");
+}
+
 /// A TCP proxy to LocalStack that delays every request chunk by a random
 /// 0-60 ms, so concurrent requests can overtake one another.
 async fn jittery_proxy() -> String {

@@ -25,6 +25,19 @@ fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
 }
 
+/// Workers' ops ports come from below the OS's ephemeral range, which
+/// outgoing connections never take (`free_port`). Before, the OS picked
+/// them from that range, and one of a bench's outgoing connections took a
+/// worker's port before the worker could bind it.
+#[test]
+fn ports_picked_for_workers_are_below_the_ephemeral_range() {
+    let low = ephemeral_low();
+    for _ in 0..100 {
+        let port = free_port();
+        assert!(port < low, "{port} is in the ephemeral range from {low}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_scraped_during_a_run_match_the_writes_and_the_proxy() {
     let s = Setup::build(3, "", Some(100)).await;

@@ -11,10 +11,18 @@ pub async fn dynamo_at(endpoint: &str) -> Client {
     Client::from_conf(config_for(endpoint).build())
 }
 
-/// A client of `endpoint` whose SDK never retries (every throttle seen).
+/// A client of `endpoint` whose SDK never retries (every throttle seen),
+/// and gives up on a call after 10 s: the benches' other writers loop
+/// until told to stop, and a call that hung would hold their thread, and
+/// the bench joining it, for good (a timed-out call counts as failed).
 pub fn dynamo_without_retries(endpoint: &str) -> Client {
     let conf = config_for(endpoint)
         .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        .timeout_config(
+            aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+                .operation_timeout(std::time::Duration::from_secs(10))
+                .build(),
+        )
         .build();
     Client::from_conf(conf)
 }

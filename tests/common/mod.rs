@@ -139,21 +139,32 @@ pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
-/// A free loopback port for a worker to listen on, below Linux's
-/// ephemeral range (32768-60999 by default). A port the OS picks for a
-/// listener comes from that range, which it also hands to outgoing
-/// connections, and the benches open thousands (the proxy, LocalStack):
-/// one took a worker's ops port between the pick and the worker's bind
-/// (`make bench-dynamodb`, two jobs, 2026-11-29: "cannot listen on
-/// ops.listen ...: Address already in use"). A port below the range is
-/// never given to an outgoing connection, so once it binds here only
-/// another explicit listener can take it. After 200 ports that do not
-/// bind, one the OS picks.
+/// A free loopback port for a worker to listen on, below the OS's
+/// ephemeral range ([`ephemeral_low`]). A port the OS picks for a listener
+/// comes from that range, which it also hands to outgoing connections, and
+/// the benches open thousands (the proxy, LocalStack): one took a worker's
+/// ops port between the pick and the worker's bind (`make bench-dynamodb`,
+/// two jobs, 2026-11-29: "cannot listen on ops.listen ...: Address already
+/// in use"). A port below the range is never given to an outgoing
+/// connection, so once it binds here only another explicit listener can
+/// take it. Up to 12,000 ports below the range (not under 1,024); after
+/// 200 that do not bind, or with no room below the range, one the OS picks.
 pub fn free_port() -> u16 {
-    let mut rng = rand::rng();
+    let top = ephemeral_low();
+    let bottom = top.saturating_sub(12_000).max(1_024);
     let bound = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).ok();
-    (0..200)
-        .map(|_| rng.random_range(20_000..32_000))
+    let mut rng = rand::rng();
+    (0..if bottom < top { 200 } else { 0 })
+        .map(|_| rng.random_range(bottom..top))
         .find(|&port| bound(port).is_some())
         .unwrap_or_else(|| bound(0).unwrap().local_addr().unwrap().port())
+}
+
+/// The lowest port of the OS's ephemeral range (Linux's
+/// `ip_local_port_range`; 32768, its default, where that cannot be read).
+pub fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
