@@ -26,6 +26,8 @@
 //!   linear, exponential, Heroku's family, adaptive) as pure state machines,
 //!   the pacer, and the per-table control.
 //! - [`dlq`]: the dead-letter topic for records that can never be written.
+//! - [`lessons`]: what a worker's tables taught it, shared with the other
+//!   workers of its job through a small topic.
 //! - [`msk_iam`]: the token of AWS MSK IAM authentication (a presigned URL).
 //! - [`worker`]: the wiring of all of the above, and bounded shutdown.
 //! - [`telemetry`]: logs and counters.
@@ -47,6 +49,7 @@ pub mod congestion;
 pub mod decode;
 pub mod devbroker;
 pub mod dlq;
+pub mod lessons;
 pub mod msk_iam;
 pub mod offsets;
 pub mod ops;

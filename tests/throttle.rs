@@ -644,3 +644,106 @@ async fn mixed_through(proxy: &ThrottleProxy, s: &Setup, n: usize) -> u64 {
     produce(&s.topic, records).await;
     total_wcu
 }
+
+/// A job's workers share what their tables teach them (`throttle.
+/// lessons_topic`, see `src/lessons.rs`). A worker that meets another
+/// writer at its share (60 of the table's 100 WCU/s, written through the
+/// proxy beside it) publishes a `first_meeting` lesson naming its group and
+/// table; it takes a lesson a peer of its group publishes, and not one of
+/// another group.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workers_lessons_reach_the_topic_and_it_takes_only_its_peers() {
+    let s = Setup::build(2, "", Some(100)).await;
+    let topic = unique("lessons");
+    s.append_config(&format!("[throttle]\nlessons_topic = \"{topic}\"\n"));
+    let proxy = ThrottleProxy::start(&[]);
+    s.use_endpoint(&proxy.endpoint());
+    let (records, _) = mixed_sizes(3_000);
+    produce(&s.topic, records).await;
+    // The other writer: 20 one-unit items every third of a second.
+    let other = dynamo_without_retries(&proxy.endpoint());
+    let table = s.table.clone();
+    let writer = tokio::spawn(async move {
+        for round in 0u64.. {
+            let items = (0..20).map(|i| {
+                aws_sdk_dynamodb::types::WriteRequest::builder()
+                    .put_request(
+                        aws_sdk_dynamodb::types::PutRequest::builder()
+                            .item(
+                                "id",
+                                aws_sdk_dynamodb::types::AttributeValue::S(format!(
+                                    "other-{round}-{i}"
+                                )),
+                            )
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+            });
+            let _ = other
+                .batch_write_item()
+                .request_items(&table, items.collect())
+                .send()
+                .await;
+            tokio::time::sleep(Duration::from_millis(333)).await;
+        }
+    });
+    let w = s.spawn(true);
+    eventually(Duration::from_secs(60), "the worker shares lessons", || {
+        let shared = !w.events("lessons_shared").is_empty();
+        async move { shared }
+    })
+    .await;
+    eventually(Duration::from_secs(90), "a lesson is sent", || {
+        let sent = !w.events("lesson_sent").is_empty();
+        async move { sent }
+    })
+    .await;
+    let wire: Vec<Value> = read_values(&topic, Duration::from_secs(3))
+        .iter()
+        .filter_map(|v| serde_json::from_str(v).ok())
+        .collect();
+    assert!(
+        wire.iter().any(|l| l["group"] == s.group.as_str()
+            && l["table"] == s.table.as_str()
+            && l["lesson"] == "first_meeting"
+            && l["from"].as_str().is_some_and(|f| !f.is_empty())),
+        "{wire:?}"
+    );
+    // A lesson of another group first, then one of a peer of its own: the
+    // partition keeps them in order, so once the second is heard the first
+    // was read and passed over.
+    let lesson = |group: &str, from: &str| {
+        (
+            group.to_string(),
+            Some(
+                serde_json::json!({"group": group, "table": s.table, "lesson": "settled", "level": 0.7, "from": from})
+                    .to_string(),
+            ),
+        )
+    };
+    produce(
+        &topic,
+        vec![lesson("another-job", "stranger"), lesson(&s.group, "peer")],
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the peer's lesson is heard",
+        || {
+            let heard = w.events("lesson_heard").iter().any(|e| e["from"] == "peer");
+            async move { heard }
+        },
+    )
+    .await;
+    assert!(
+        !w.events("lesson_heard")
+            .iter()
+            .any(|e| e["from"] == "stranger"),
+        "another group's lesson was taken"
+    );
+    writer.abort();
+    w.signal("TERM");
+    let (code, _) = w.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(0));
+}

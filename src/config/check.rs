@@ -35,6 +35,20 @@ fn non_empty(key: &str, v: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A Kafka topic name (empty allowed: the setting is off): at most 249 of
+/// ASCII letters, digits, '.', '_' and '-', and not "." or "..".
+fn check_topic_name(key: &str, v: &str) -> Result<(), ConfigError> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if v.len() > 249 || v == "." || v == ".." || !v.chars().all(legal) {
+        return Err(invalid(
+            key,
+            v,
+            "must be a Kafka topic name: up to 249 of letters, digits, '.', '_' and '-'",
+        ));
+    }
+    Ok(())
+}
+
 fn in_range(key: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
     if !(lo..=hi).contains(&v) {
         return Err(invalid(key, v, format!("must be between {lo} and {hi}")));
@@ -224,6 +238,17 @@ fn throttle(s: &Settings) -> Result<(), ConfigError> {
     in_range("throttle.pacing_burst", burst, 1, 100_000)?;
     let named = |at: String| move |(k, v, rule)| invalid(format!("{at}.{k}"), v, rule);
     t.budget().validate().map_err(named("throttle".into()))?;
+    check_topic_name("throttle.lessons_topic", &t.lessons_topic)?;
+    if !t.lessons_topic.is_empty()
+        && (s.routes.iter().any(|r| r.topic == t.lessons_topic)
+            || t.lessons_topic == s.kafka.dead_letter_topic)
+    {
+        return Err(invalid(
+            "throttle.lessons_topic",
+            &t.lessons_topic,
+            "must differ from the routes' topics and kafka.dead_letter_topic",
+        ));
+    }
     for (i, r) in s.routes.iter().enumerate() {
         r.budget.validate().map_err(named(format!("route[{i}]")))?;
     }

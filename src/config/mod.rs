@@ -270,6 +270,10 @@ pub struct ThrottleSettings {
     /// table's other keys (see `throttle::hot`); false: every refusal slows
     /// the table.
     pub hot_keys: bool,
+    /// The Kafka topic through which a job's workers share what their
+    /// tables taught them (see `crate::lessons`); created when missing.
+    /// Empty: each worker learns alone.
+    pub lessons_topic: String,
 }
 
 impl ThrottleSettings {
@@ -304,9 +308,13 @@ impl Default for ThrottleSettings {
             budget_fraction: None,
             budget_wcu: None,
             hot_keys: true,
+            lessons_topic: DEFAULT_LESSONS_TOPIC.to_string(),
         }
     }
 }
+
+/// `[throttle] lessons_topic`'s default.
+pub const DEFAULT_LESSONS_TOPIC: &str = "ingest-lessons";
 
 /// How progress is shown in `--until-caught-up` mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -39,7 +39,7 @@ use crate::throttle::hot::HotKeys;
 use crate::throttle::pace::Pacer;
 use crate::throttle::request::{self, Reading};
 use crate::throttle::window::AcceptedWindow;
-use crate::throttle::{Feedback, Strategy, StrategyConfig};
+use crate::throttle::{Feedback, PeerLesson, Strategy, StrategyConfig};
 
 use super::scenario::{Dist, Keys, Scenario, Workload};
 use super::server::Server;
@@ -77,6 +77,8 @@ pub struct Outcome {
     /// With partitions: what the busiest partition admitted over its
     /// maximum x the run's length.
     pub busiest_partition_use: Option<f64>,
+    /// Peers' lessons that changed a client's strategy.
+    pub lessons_taken: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -310,6 +312,10 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         }
     }
     let end = Duration::from_secs_f64(sc.duration_s);
+    // Peers' lessons: (due, client, lesson), with `clients.lessons_ms`.
+    let lessons_after = (sc.clients.lessons_ms >= 0.0)
+        .then(|| Duration::from_secs_f64(sc.clients.lessons_ms / 1e3));
+    let mut lessons: Vec<(Duration, usize, PeerLesson)> = Vec::new();
     while let Some(Reverse((t, _, id, step))) = run.queue.pop() {
         if t > end {
             break;
@@ -322,12 +328,25 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         if cl.stopped {
             continue;
         }
+        if !lessons.is_empty() {
+            run.hear_lessons(cl, &mut lessons, id.0, t);
+        }
+        let was_answer = matches!(step, Step::Answer);
         let next = match step {
             Step::NewRequest => run.new_request(cl, id.1, t),
             Step::Pace => run.pace(cl, id, t),
             Step::Arrive => run.arrive(cl, id.1, t),
             Step::Answer => run.answer(cl, id, t),
         };
+        if let (Some(after), true) = (lessons_after, was_answer) {
+            // A lesson the answer taught goes to the client's job.
+            if let Some(lesson) = clients[id.0].strategy.taught() {
+                let job = sc.group_of(id.0);
+                for j in (0..sc.clients.count).filter(|j| *j != id.0 && sc.group_of(*j) == job) {
+                    lessons.push((t + after, j, lesson));
+                }
+            }
+        }
         match next {
             Next::At(at, step) => run.push(at, id, step),
             Next::Waiting | Next::Stopped => {}
@@ -604,6 +623,34 @@ impl<'a> Run<'a> {
         };
         l.answer = Some(self.server.request(&l.pending[..l.sending], &parts, t));
         Next::At(l.sent_at + l.latency, Step::Answer)
+    }
+
+    /// Client `i` (`cl`) hears its peers' lessons due by `t`.
+    fn hear_lessons(
+        &mut self,
+        cl: &mut Client,
+        lessons: &mut Vec<(Duration, usize, PeerLesson)>,
+        i: usize,
+        t: Duration,
+    ) {
+        let mut k = 0;
+        while k < lessons.len() {
+            let (due, to, lesson) = lessons[k];
+            if to != i || due > t {
+                k += 1;
+                continue;
+            }
+            lessons.swap_remove(k);
+            let before = cl.strategy.rule();
+            cl.strategy.peer_lesson(due, lesson);
+            if cl.strategy.rule() != before {
+                self.out.lessons_taken += 1;
+            }
+            if let Some(r) = cl.strategy.rate() {
+                let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
+                cl.pacer.steer(Some(r), burst, slots);
+            }
+        }
     }
 
     /// The answer: keep what is left, tell the strategy, record the attempt.

@@ -255,6 +255,11 @@ pub struct Clients {
     /// `throttle.hot_keys` (default on; only with `keys`).
     #[serde(default = "yes")]
     pub hot_keys: bool,
+    /// How late a client hears a peer's lesson (its job's clients share
+    /// them, as the worker's `throttle.lessons_topic`; see
+    /// `crate::lessons`), milliseconds. Negative: no lessons are shared.
+    #[serde(default = "lessons_ms")]
+    pub lessons_ms: f64,
 }
 
 /// The time-to-clear probe (seed 004): a separate run where the server holds
@@ -309,6 +314,11 @@ fn yes() -> bool {
 }
 fn burst() -> u32 {
     25
+}
+/// A lesson's way through a Kafka topic and back, as measured through the
+/// local broker (see the README).
+fn lessons_ms() -> f64 {
+    100.0
 }
 fn ten() -> f64 {
     10.0

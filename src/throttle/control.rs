@@ -11,6 +11,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -22,7 +23,7 @@ use crate::throttle::hot::{self, HotKeys};
 use crate::throttle::indexes::{IndexBound, IndexInfo};
 use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
-use crate::throttle::{Feedback, Metrics, Strategy};
+use crate::throttle::{Feedback, Metrics, PeerLesson, Strategy};
 
 /// What the table's strategy made of one answer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,6 +66,9 @@ impl Throttled {
     }
 }
 
+/// Where a table's lessons for the job's other workers go: (table, lesson).
+pub type LessonsOut = tokio::sync::mpsc::UnboundedSender<(Arc<str>, PeerLesson)>;
+
 /// Window of the accepted-rate estimate behind `remaining`.
 pub const REMAINING_WINDOW: Duration = Duration::from_secs(1);
 
@@ -104,6 +108,9 @@ pub struct Control {
     throttled: tokio::sync::Notify,
     /// Keys a key range refused, paced apart (None: `hot_keys = false`).
     hot: Option<Mutex<HotKeys>>,
+    /// Where this table's lessons for the job's other workers go (unset:
+    /// none are shared).
+    lessons: std::sync::OnceLock<(Arc<str>, LessonsOut)>,
 }
 
 /// A request's turn at the table's pacer (see [`Control::turn`]).
@@ -163,6 +170,7 @@ impl Control {
             latency: None,
             throttled: tokio::sync::Notify::new(),
             hot: Some(Mutex::new(HotKeys::default())),
+            lessons: std::sync::OnceLock::new(),
         }
     }
 
@@ -451,9 +459,34 @@ impl Control {
             rule: s.rule(),
             rate: s.rate(),
         };
+        let taught = s.taught();
         drop(s);
         self.steer();
+        if let (Some(lesson), Some(out)) = (taught, self.lessons.get()) {
+            // Best effort: a closed channel is a worker shutting down.
+            let _ = out.1.send((out.0.clone(), lesson));
+        }
         read
+    }
+
+    /// Sends what this table (`name`) teaches the job's other workers (see
+    /// [`Strategy::taught`], [`crate::lessons`]) to `out`, from now on.
+    pub fn share_lessons(&self, name: Arc<str>, out: LessonsOut) {
+        let _ = self.lessons.set((name, out));
+    }
+
+    /// A peer's lesson on this table: the strategy takes it (see
+    /// [`Strategy::peer_lesson`]). Returns the rule it took it by, if it
+    /// changed anything.
+    pub fn peer_lesson(&self, lesson: PeerLesson) -> Option<&'static str> {
+        let now = self.now();
+        let mut s = self.strategy.lock();
+        let before = s.rule();
+        s.peer_lesson(now, lesson);
+        let after = s.rule();
+        drop(s);
+        self.steer();
+        (after != before).then_some(after).flatten()
     }
 
     /// Accounts for a wait of `d` (the writer waits, cancellably).

@@ -90,6 +90,28 @@ pub struct Feedback {
     pub share: Option<f64>,
 }
 
+/// What a worker learned of a table that its peers (the job's other
+/// workers, writing the same table) can use, shared through
+/// [`crate::lessons`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lesson {
+    /// Its first congestion event, met at its fair share: the table has
+    /// less free than the group's share.
+    FirstMeeting,
+    /// Throttles at or below its share repeated: its rate settled under the
+    /// level (another writer takes part of the table).
+    Settled,
+}
+
+/// A [`Lesson`] and the level it was met at, as a fraction of the
+/// teacher's fair share (the rate the event cut from, over the share).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PeerLesson {
+    pub lesson: Lesson,
+    pub level: f64,
+}
+
 /// Counters every strategy keeps (the AutoSleeper's own metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Metrics {
@@ -187,6 +209,17 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// limit or a table's on-demand maximum, which probing cannot move.
     /// Strategies that probe stop probing past it.
     fn ceiling(&mut self) {}
+
+    /// What the answers since the last call taught that the job's other
+    /// workers can use (see [`Lesson`]), if anything; each lesson once.
+    fn taught(&mut self) -> Option<PeerLesson> {
+        None
+    }
+
+    /// A peer of this client's job, writing the same table, learned
+    /// `lesson` (see [`Lesson`]). Strategies that learn the table's free
+    /// capacity take it as their own; the others ignore it.
+    fn peer_lesson(&mut self, _now: Duration, _lesson: PeerLesson) {}
 
     /// The strategy's current delay (for metrics).
     fn current_delay(&self) -> Duration;

@@ -24,6 +24,7 @@ use crate::acks::Acks;
 use crate::config::Settings;
 use crate::congestion::Congestion;
 use crate::dlq::DeadLetters;
+use crate::lessons::Lessons;
 use crate::ops;
 use crate::ops::live::{Live, TableView};
 use crate::ops::prom::Exporter;
@@ -106,6 +107,19 @@ pub async fn run(
         }
     };
     let tables = tables::distinct_tables(&routes);
+    // What one worker's tables teach it, its peers learn too.
+    let lessons = (!settings.throttle.lessons_topic.is_empty()).then(|| {
+        Lessons::start(
+            &settings.kafka,
+            &settings.throttle.lessons_topic,
+            tokens.clone(),
+            tables
+                .iter()
+                .map(|t| (t.name.clone(), t.control.clone()))
+                .collect(),
+            crate::lessons::worker_id(seed),
+        )
+    });
     // A table with this many records queued pauses the partitions feeding it.
     let congestion = Arc::new(Congestion::new(
         routes
@@ -157,6 +171,9 @@ pub async fn run(
     );
     let ended = halves.run(source, pipeline.run(rx)).await;
     helpers.stop().await;
+    if let Some(l) = lessons {
+        l.stop().await;
+    }
     Ok(Outcome {
         exit: ended?,
         totals: counters.snapshot(),

@@ -243,3 +243,27 @@ pub fn read_all_dead_letters(topic: &str) -> Vec<DeadLetter> {
     assert!(next >= end, "{topic} not read to its end ({next} of {end})");
     letters
 }
+
+/// Every record's value on partition 0 of `topic`, from its start, read
+/// until `timeout` passes with nothing new.
+pub fn read_values(topic: &str, timeout: Duration) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let mut last = Instant::now();
+    while last.elapsed() < timeout {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            last = Instant::now();
+        }
+    }
+    out
+}

@@ -1146,3 +1146,135 @@ fn each_answer_names_the_rule_that_read_it() {
     });
     assert_eq!(a.rule(), Some("level"));
 }
+
+fn first() -> PeerLesson {
+    PeerLesson {
+        lesson: Lesson::FirstMeeting,
+        level: 1.0,
+    }
+}
+
+fn settled(level: f64) -> PeerLesson {
+    PeerLesson {
+        lesson: Lesson::Settled,
+        level,
+    }
+}
+
+/// A third of a 200 WCU/s table as in [`under_a_neighbour`], throttled at
+/// `events` and taught peers' `lessons` (ms): its rate at `probes`.
+fn taught(events: &[u64], lessons: &[(u64, PeerLesson)], probes: &[u64]) -> Vec<f64> {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let mut out = Vec::new();
+    for t in (0..=*probes.last().unwrap()).step_by(100) {
+        for (_, l) in lessons.iter().filter(|(at, _)| *at == t) {
+            a.peer_lesson(Duration::from_millis(t), *l);
+        }
+        let mut fb = at(t, events.contains(&t), 5.0, Some(200.0));
+        fb.share = Some(1.0 / 3.0);
+        a.after_attempt(&fb);
+        if probes.contains(&t) {
+            out.push(a.rate().unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_peers_first_meeting_halves_a_client_at_its_share_that_met_nothing_yet() {
+    let fair = 200.0 / 3.0 * 0.98;
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    for t in (0..3_000).step_by(100) {
+        let r = a.rate().unwrap() / 10.0;
+        a.after_attempt(&third_of_200(t, r, r));
+    }
+    a.peer_lesson(Duration::from_millis(3_000), first());
+    assert_eq!(a.rule(), Some("peer_first_cut"));
+    let half = a.rate().unwrap();
+    assert!((half - 0.5 * fair).abs() < 0.01, "{half}");
+    // Its own throttle soon after is the same event; a second lesson, too.
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(3_300, 5.0, 0.0)
+    });
+    a.peer_lesson(Duration::from_millis(3_400), first());
+    assert!((a.rate().unwrap() - half).abs() < 0.01, "{:?}", a.rate());
+    // A client that met the table already, or that knows no capacity (an
+    // on-demand table), keeps its rate.
+    let mut b = Adaptive::new(AdaptiveConfig::default());
+    b.after_attempt(&at(0, false, 10.0, Some(200.0)));
+    b.after_attempt(&at(100, true, 10.0, Some(200.0)));
+    let r = b.rate();
+    b.peer_lesson(Duration::from_millis(2_000), first());
+    assert_eq!(b.rate(), r);
+    let mut c = Adaptive::new(AdaptiveConfig::default());
+    c.after_attempt(&at(0, false, 10.0, None));
+    let r = c.rate();
+    c.peer_lesson(Duration::from_millis(100), first());
+    assert_eq!(c.rate(), r);
+}
+
+#[test]
+fn a_peers_settle_keeps_a_client_from_climbing_straight_back_to_its_share() {
+    let fair = 200.0 / 3.0 * 0.98;
+    let probes = [30_000, 40_000];
+    // One event of its own is a transient: back at its share by 30 s.
+    let r = taught(&[3_000], &[], &probes);
+    assert!((r[0] - fair).abs() < 0.01, "{r:?}");
+    // A peer settled soon after: so does this client, without a cut of
+    // its own. It stays under the level of its event (50 units/s).
+    let r = taught(&[3_000], &[(4_000, settled(0.7))], &probes);
+    assert!(r[0] < 50.0 && r[1] < 52.0, "{r:?}");
+    // A settle lesson alone does not cut the rate.
+    let r = taught(&[], &[(4_000, settled(0.7))], &[4_100]);
+    assert!((r[0] - fair).abs() < 0.01, "{r:?}");
+    // A settle the peer met near its share (peers' requests meeting in a
+    // shallow bucket, more likely than another writer) is not taken.
+    let r = taught(&[3_000], &[(4_000, settled(0.95))], &probes);
+    assert!((r[0] - fair).abs() < 0.01, "{r:?}");
+}
+
+#[test]
+fn a_table_shown_to_admit_little_at_once_takes_no_peers_settle() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    for t in (0..3_000).step_by(100) {
+        let r = a.rate().unwrap() / 10.0;
+        a.after_attempt(&third_of_200(t, r, r));
+    }
+    // 10 of 55 units written: the table admits about 10 at once, under
+    // half a second of the share (32 units).
+    a.after_attempt(&third_of_200(3_000, 55.0, 10.0));
+    assert!(a.size.admits_at_once().is_some_and(|p| p < 32.0));
+    a.peer_lesson(Duration::from_millis(3_100), settled(0.7));
+    assert!(!a.settled(Duration::from_millis(3_100)));
+}
+
+#[test]
+fn the_first_halving_and_a_settled_cut_are_taught_once_with_their_level() {
+    let mut a = Adaptive::new(AdaptiveConfig::default());
+    let mut t = 0;
+    while t < 3_000 {
+        let r = a.rate().unwrap() / 10.0;
+        a.after_attempt(&third_of_200(t, r, r));
+        assert_eq!(a.taught(), None);
+        t += 100;
+    }
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 5.0, 0.0)
+    });
+    let first = a.taught().expect("the first halving is taught");
+    assert_eq!(first.lesson, Lesson::FirstMeeting);
+    assert!((first.level - 1.0).abs() < 0.01, "{first:?}");
+    assert_eq!(a.taught(), None, "once");
+    // A second event within settle_s settles the rate: taught, at the
+    // level it cut from (what was accepted over the window, or the rate).
+    t += 5_000;
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 5.0, 0.0)
+    });
+    let settled = a.taught().expect("the settle is taught");
+    assert_eq!(settled.lesson, Lesson::Settled);
+    assert!(settled.level > 0.0 && settled.level < 1.0, "{settled:?}");
+}
