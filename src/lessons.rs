@@ -22,15 +22,17 @@
 //! would have met without it. Lessons are rare (a few a minute per worker
 //! at most); each carries the group and table, so jobs may share one topic.
 //! The worker creates the topic when it is missing (one partition, an
-//! hour's retention) and, when it cannot reach or create it, runs without
-//! lessons after a warning (`lessons_unavailable`). Setup runs beside the
-//! data path and never delays it. Readers start at the topic's end: a
-//! lesson is about the table now, not before the worker started.
+//! hour's retention; with MSK IAM it must exist, as rdkafka's admin client
+//! cannot sign its tokens) and, when it cannot reach or create it, runs
+//! without lessons after a warning (`lessons_unavailable`). Everything runs
+//! on one thread of its own, so no Kafka call delays the data path or its
+//! runtime. The reader starts at the topic's end and passes over lessons
+//! older than [`STALE`]: a lesson is about the table now.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -105,17 +107,26 @@ pub fn worker_id(seed: u64) -> String {
     format!("{host}/{}/{seed:016x}", std::process::id())
 }
 
-/// The running channel; [`Lessons::stop`] ends it.
+/// The running channel: one thread that reads peers' lessons and publishes
+/// this worker's. Dropped (or [`Lessons::stop`]), it ends within
+/// [`POLL`], or once a setup call under way returns (each bounded by
+/// `kafka.metadata_timeout`); nothing waits for it.
 #[derive(Debug)]
 pub struct Lessons {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Lessons {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
 }
 
 impl Lessons {
     /// Starts sharing the lessons of `tables` (name, control) through
-    /// `topic`, in the background: the topic's creation and the reader's
-    /// assignment do not delay the caller, and their failure is logged
+    /// `topic`, on a thread of its own: the topic's creation and the
+    /// reader's assignment (blocking Kafka calls) never delay the caller or
+    /// its runtime, and their failure is logged once
     /// (`lessons_unavailable`), not returned.
     pub fn start(
         kafka: &KafkaSettings,
@@ -126,201 +137,314 @@ impl Lessons {
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (kafka, topic, s) = (kafka.clone(), topic.to_string(), stop.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = run(&kafka, &topic, tokens, tables, me, s).await {
-                warn!(event = "lessons_unavailable", error = %e, topic, "lessons are not shared: each worker learns alone");
-            }
-        });
-        Lessons { stop, task }
+        let spawned = std::thread::Builder::new()
+            .name("lessons".into())
+            .spawn(move || {
+                let shared = Shared {
+                    kafka: &kafka,
+                    topic: &topic,
+                    me: &me,
+                    stop: &s,
+                };
+                if let Err(e) = shared.run(tokens, tables) {
+                    warn!(event = "lessons_unavailable", error = %e, topic,
+                        "lessons are not shared: each worker learns alone");
+                }
+            });
+        if let Err(e) = spawned {
+            warn!(event = "lessons_unavailable", error = %e, "lessons are not shared: no thread");
+        }
+        Lessons { stop }
     }
 
     /// Stops reading and publishing (lessons not yet sent are dropped).
-    pub async fn stop(self) {
-        self.stop.store(true, Relaxed);
-        self.task.abort();
-        let _ = self.task.await;
-    }
+    pub fn stop(self) {}
 }
 
-/// How long the reader waits for a lesson per poll, and so at most how
-/// late it sees the stop flag.
-const POLL: Duration = Duration::from_millis(100);
+/// How long the reader waits for a lesson per poll, and so how late it
+/// sends one of this worker's and sees the stop flag.
+const POLL: Duration = Duration::from_millis(50);
 
-async fn run(
-    kafka: &KafkaSettings,
-    topic: &str,
-    tokens: Option<Arc<MskIamTokens>>,
-    tables: Vec<(Arc<str>, Arc<Control>)>,
-    me: String,
-    stop: Arc<AtomicBool>,
-) -> Result<(), LessonsError> {
-    let client_err = |client, source| LessonsError::Client {
-        topic: topic.to_string(),
-        client,
-        source,
-    };
-    let ctx = |client| AuthContext {
-        tokens: tokens.clone(),
-        client,
-    };
-    create_topic(kafka, topic, ctx("lessons admin")).await?;
-    let mut pcfg = crate::dlq::producer_config(kafka);
-    // A lesson is worth something only soon: one acknowledgement, no
-    // waiting to fill a batch, and dropped after a few seconds.
-    pcfg.set("acks", "1")
-        .set("linger.ms", "0")
-        .set("message.timeout.ms", "5000");
-    let producer: FutureProducer<AuthContext> = pcfg
-        .create_with_context(ctx("lessons producer"))
-        .map_err(|e| client_err("producer", e))?;
-    let mut ccfg = crate::source::consumer_config(kafka);
-    // Never subscribed: it never joins the group, nor commits.
-    ccfg.set("fetch.wait.max.ms", "50");
-    let consumer: BaseConsumer<AuthContext> = ccfg
-        .create_with_context(ctx("lessons reader"))
-        .map_err(|e| client_err("reader", e))?;
-    let read_err = |source| LessonsError::Read {
-        topic: topic.to_string(),
-        source,
-    };
-    let md = consumer
-        .fetch_metadata(Some(topic), kafka.metadata_timeout)
-        .map_err(read_err)?;
-    let parts = md.topics().first().map_or(0, |t| t.partitions().len());
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..parts as i32 {
-        tpl.add_partition_offset(topic, p, Offset::End)
-            .map_err(read_err)?;
+/// Lessons older than this (by their record's timestamp) are about a table
+/// as it was: passed over (a reader that reconnected, or reset).
+const STALE: Duration = Duration::from_secs(10);
+
+/// Reads of the topic failing for this long in a row are warned about,
+/// once per run of failures.
+const WARN_AFTER: Duration = Duration::from_secs(15);
+
+struct Shared<'a> {
+    kafka: &'a KafkaSettings,
+    topic: &'a str,
+    me: &'a str,
+    stop: &'a AtomicBool,
+}
+
+impl Shared<'_> {
+    fn client_err(&self, client: &'static str, source: KafkaError) -> LessonsError {
+        LessonsError::Client {
+            topic: self.topic.to_string(),
+            client,
+            source,
+        }
     }
-    consumer.assign(&tpl).map_err(read_err)?;
-    // Publish each table's lessons.
-    let group = kafka.group_id.clone();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    for (name, control) in &tables {
-        control.share_lessons(name.clone(), tx.clone());
+
+    fn run(
+        &self,
+        tokens: Option<Arc<MskIamTokens>>,
+        tables: Vec<(Arc<str>, Arc<Control>)>,
+    ) -> Result<(), LessonsError> {
+        let ctx = |client| AuthContext {
+            tokens: tokens.clone(),
+            client,
+        };
+        let mut ccfg = crate::source::consumer_config(self.kafka);
+        // Assigned, never subscribed, under a group of its own (librdkafka
+        // assigns only with one; it is never joined, nor the job's group
+        // touched), and only what comes after it starts.
+        ccfg.set("group.id", format!("{}.lessons", self.kafka.group_id))
+            .set("auto.offset.reset", "latest")
+            .set("fetch.wait.max.ms", "50");
+        let consumer: BaseConsumer<AuthContext> = ccfg
+            .create_with_context(ctx("lessons reader"))
+            .map_err(|e| self.client_err("reader", e))?;
+        let parts = match self.partitions(&consumer)? {
+            Some(n) => n,
+            // The admin client cannot sign MSK IAM tokens (rdkafka serves
+            // no OAUTHBEARER refresh on its queue): there the topic must
+            // exist.
+            None if tokens.is_some() => {
+                return Err(LessonsError::Create {
+                    topic: self.topic.to_string(),
+                    reason: "it does not exist, and with kafka.auth = \"aws-msk-iam\" \
+                             the worker cannot create it: create it (one partition)"
+                        .into(),
+                })
+            }
+            None => {
+                // The admin client's calls are futures: a runtime of this
+                // thread's own runs them (the worker's may be shutting down).
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| LessonsError::Create {
+                        topic: self.topic.to_string(),
+                        reason: format!("no runtime for the admin client: {e}"),
+                    })?;
+                runtime.block_on(self.create_topic(ctx("lessons admin")))?;
+                self.partitions(&consumer)?
+                    .ok_or_else(|| LessonsError::Create {
+                        topic: self.topic.to_string(),
+                        reason: "created, but the broker shows no partition of it".into(),
+                    })?
+            }
+        };
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..parts as i32 {
+            tpl.add_partition_offset(self.topic, p, Offset::End)
+                .map_err(|e| self.read_err(e))?;
+        }
+        consumer.assign(&tpl).map_err(|e| self.read_err(e))?;
+        let mut pcfg = crate::dlq::producer_config(self.kafka);
+        // A lesson is worth something only soon: one acknowledgement, no
+        // waiting to fill a batch, dropped after a few seconds.
+        pcfg.set("acks", "1")
+            .set("enable.idempotence", "false")
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", "5000");
+        let producer: FutureProducer<AuthContext> = pcfg
+            .create_with_context(ctx("lessons producer"))
+            .map_err(|e| self.client_err("producer", e))?;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for (name, control) in &tables {
+            control.share_lessons(name.clone(), tx.clone());
+        }
+        drop(tx);
+        let controls: HashMap<String, Arc<Control>> = tables
+            .iter()
+            .map(|(n, c)| (n.to_string(), c.clone()))
+            .collect();
+        info!(
+            event = "lessons_shared",
+            topic = self.topic,
+            partitions = parts,
+            "lessons shared with the job's other workers"
+        );
+        let mut failing: Option<(Instant, bool)> = None;
+        while !self.stop.load(Relaxed) {
+            while let Ok((table, lesson)) = rx.try_recv() {
+                self.publish(&producer, &table, lesson);
+            }
+            match consumer.poll(POLL) {
+                None => {}
+                Some(Ok(m)) => {
+                    failing = None;
+                    self.hear(&m, &controls);
+                }
+                Some(Err(e)) => {
+                    let (since, warned) = failing.get_or_insert((Instant::now(), false));
+                    if !*warned && since.elapsed() >= WARN_AFTER {
+                        *warned = true;
+                        warn!(event = "lessons_unreadable", topic = self.topic, error = %e,
+                            "peers' lessons cannot be read");
+                    }
+                    debug!(error = %e, "lessons read failed");
+                }
+            }
+        }
+        Ok(())
     }
-    drop(tx);
-    let controls: HashMap<String, Arc<Control>> = tables
-        .iter()
-        .map(|(n, c)| (n.to_string(), c.clone()))
-        .collect();
-    let reader = {
-        let (group, me, stop) = (group.clone(), me.clone(), stop.clone());
-        std::thread::Builder::new()
-            .name("lessons".into())
-            .spawn(move || read_loop(&consumer, &group, &me, &controls, &stop))
-            .expect("spawn the lessons reader")
-    };
-    info!(
-        event = "lessons_shared",
-        topic,
-        partitions = parts,
-        "lessons shared with the job's other workers"
-    );
-    while let Some((table, lesson)) = rx.recv().await {
+
+    fn read_err(&self, source: KafkaError) -> LessonsError {
+        LessonsError::Read {
+            topic: self.topic.to_string(),
+            source,
+        }
+    }
+
+    /// The topic's partitions (None: it does not exist), asked in slices
+    /// while the reader's queue is served (MSK IAM tokens are refreshed
+    /// there, and nothing logs in without them).
+    fn partitions(
+        &self,
+        consumer: &BaseConsumer<AuthContext>,
+    ) -> Result<Option<usize>, LessonsError> {
+        let deadline = Instant::now() + self.kafka.metadata_timeout;
+        let mut last = None;
+        while Instant::now() < deadline && !self.stop.load(Relaxed) {
+            let _ = consumer.poll(Duration::ZERO);
+            match consumer.fetch_metadata(Some(self.topic), Duration::from_millis(500)) {
+                Ok(md) => match md.topics().first() {
+                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                        return Ok(Some(t.partitions().len()))
+                    }
+                    Some(t)
+                        if t.error().is_some_and(|e| {
+                            RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition
+                        }) =>
+                    {
+                        return Ok(None)
+                    }
+                    // A topic being created shows an error or no partition
+                    // for a moment.
+                    _ => {}
+                },
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(match last {
+            Some(e) => self.read_err(e),
+            None => LessonsError::Create {
+                topic: self.topic.to_string(),
+                reason: format!(
+                    "no partition of it within {:?}",
+                    self.kafka.metadata_timeout
+                ),
+            },
+        })
+    }
+
+    /// Creates the topic: one partition, an hour's retention, the broker's
+    /// default replication (one replica where a broker before Kafka 2.4
+    /// takes no default).
+    async fn create_topic(&self, ctx: AuthContext) -> Result<(), LessonsError> {
+        let admin: AdminClient<AuthContext> = crate::dlq::producer_config(self.kafka)
+            .create_with_context(ctx)
+            .map_err(|e| self.client_err("admin client", e))?;
+        let opts = AdminOptions::new().operation_timeout(Some(self.kafka.metadata_timeout));
+        let refused = |reason: String| LessonsError::Create {
+            topic: self.topic.to_string(),
+            reason,
+        };
+        for replication in [-1, 1] {
+            let new = NewTopic::new(self.topic, 1, TopicReplication::Fixed(replication))
+                .set("retention.ms", "3600000");
+            let created = admin
+                .create_topics([&new], &opts)
+                .await
+                .map_err(|e| refused(e.to_string()))?;
+            match created.into_iter().next() {
+                Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {
+                    return Ok(())
+                }
+                Some(Err((
+                    _,
+                    code @ (RDKafkaErrorCode::InvalidReplicationFactor
+                    | RDKafkaErrorCode::UnsupportedVersion),
+                ))) if replication == -1 => {
+                    debug!(%code, "the broker takes no default replication: one replica");
+                }
+                Some(Err((_, code))) => return Err(refused(code.to_string())),
+            }
+        }
+        Err(refused("no replication the broker takes".into()))
+    }
+
+    fn publish(&self, producer: &FutureProducer<AuthContext>, table: &str, lesson: PeerLesson) {
         let wire = Wire {
-            group: group.clone(),
+            group: self.kafka.group_id.clone(),
             table: table.to_string(),
             lesson: lesson.lesson,
             level: lesson.level,
-            from: me.clone(),
+            from: self.me.to_string(),
         };
         let payload = wire.encode();
-        let record = FutureRecord::<str, [u8]>::to(topic)
-            .key(&group)
+        let record = FutureRecord::<str, [u8]>::to(self.topic)
+            .key(&self.kafka.group_id)
             .payload(&payload);
-        // Not awaited: delivery is best effort, and the next lesson must
-        // not wait for this one's acknowledgement.
+        // Handed to the producer, not awaited: delivery is best effort, and
+        // the reader must not wait for it.
         match producer.send_result(record) {
-            Ok(_) => {
-                info!(event = "lesson_sent", table = %table, lesson = ?lesson.lesson, level = lesson.level, "lesson sent to the job's other workers")
-            }
-            Err((e, _)) => {
-                debug!(event = "lesson_not_sent", table = %table, lesson = ?lesson.lesson, error = %e, "lesson not sent")
-            }
+            Ok(_) => info!(
+                event = "lesson_sent",
+                table,
+                lesson = lesson.lesson.as_str(),
+                level = lesson.level,
+                "lesson sent to the job's other workers"
+            ),
+            Err((e, _)) => debug!(table, lesson = lesson.lesson.as_str(), error = %e,
+                "lesson not sent"),
         }
     }
-    stop.store(true, Relaxed);
-    let _ = reader.join();
-    Ok(())
-}
 
-/// Takes peers' lessons until `stop`.
-fn read_loop(
-    consumer: &BaseConsumer<AuthContext>,
-    group: &str,
-    me: &str,
-    controls: &HashMap<String, Arc<Control>>,
-    stop: &AtomicBool,
-) {
-    while !stop.load(Relaxed) {
-        let Some(m) = consumer.poll(POLL) else {
-            continue;
-        };
-        let m = match m {
-            Ok(m) => m,
-            Err(e) => {
-                debug!(event = "lessons_read_failed", error = %e, "lessons read failed");
-                std::thread::sleep(POLL);
-                continue;
-            }
-        };
+    /// Takes a peer's lesson, if `m` is one for this worker.
+    fn hear(
+        &self,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        controls: &HashMap<String, Arc<Control>>,
+    ) {
         let w = match Wire::decode(m.payload().unwrap_or_default()) {
             Ok(w) => w,
             Err(e) => {
-                debug!(event = "lesson_unreadable", offset = m.offset(), error = %e, "not a lesson");
-                continue;
+                debug!(offset = m.offset(), error = %e, "not a lesson");
+                return;
             }
         };
-        if !w.is_for(group, me) {
-            continue;
+        if !w.is_for(&self.kafka.group_id, self.me) {
+            return;
+        }
+        let age = m
+            .timestamp()
+            .to_millis()
+            .and_then(|t| u64::try_from(t).ok())
+            .map(|t| now_ms().saturating_sub(t));
+        if age.is_some_and(|a| a > STALE.as_millis() as u64) {
+            debug!(table = %w.table, age_ms = age, "a stale lesson passed over");
+            return;
         }
         if let Some(control) = controls.get(&w.table) {
             let taken = control.peer_lesson(w.peer_lesson());
-            info!(event = "lesson_heard", table = %w.table, lesson = ?w.lesson, level = w.level, from = %w.from, rule = taken, "a peer's lesson");
+            info!(event = "lesson_heard", table = %w.table, lesson = w.lesson.as_str(),
+                level = w.level, from = %w.from, taken, "a peer's lesson");
         }
     }
 }
 
-/// Creates `topic` with one partition and an hour's retention, if missing.
-/// The broker's default replication first; one replica where the broker
-/// takes no default (brokers before Kafka 2.4).
-async fn create_topic(
-    kafka: &KafkaSettings,
-    topic: &str,
-    ctx: AuthContext,
-) -> Result<(), LessonsError> {
-    let admin: AdminClient<AuthContext> = crate::dlq::producer_config(kafka)
-        .create_with_context(ctx)
-        .map_err(|source| LessonsError::Client {
-            topic: topic.to_string(),
-            client: "admin client",
-            source,
-        })?;
-    let opts = AdminOptions::new().operation_timeout(Some(kafka.metadata_timeout));
-    let mut last = String::new();
-    for replication in [-1, 1] {
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication))
-            .set("retention.ms", "3600000");
-        let created =
-            admin
-                .create_topics([&new], &opts)
-                .await
-                .map_err(|e| LessonsError::Create {
-                    topic: topic.to_string(),
-                    reason: e.to_string(),
-                })?;
-        match created.into_iter().next() {
-            Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {
-                return Ok(())
-            }
-            Some(Err((_, code))) => last = code.to_string(),
-        }
-    }
-    Err(LessonsError::Create {
-        topic: topic.to_string(),
-        reason: last,
-    })
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -135,6 +135,25 @@ fn routes_must_be_distinct_and_not_the_dead_letter_topic() {
 }
 
 #[test]
+fn the_lessons_topic_defaults_on_may_be_off_and_must_be_a_topic_of_its_own() {
+    let s = load(MINIMAL, &[]).unwrap();
+    assert_eq!(s.throttle.lessons_topic, "ingest-lessons");
+    let off = load(MINIMAL, &[("INGEST__THROTTLE__LESSONS_TOPIC", "")]).unwrap();
+    assert_eq!(off.throttle.lessons_topic, "");
+    for bad in ["has space", "a/b", "..", &"x".repeat(250)] {
+        let e = load(MINIMAL, &[("INGEST__THROTTLE__LESSONS_TOPIC", bad)]).unwrap_err();
+        assert!(
+            e.to_string().contains("throttle.lessons_topic"),
+            "{bad}: {e}"
+        );
+    }
+    for taken in ["orders", "dlq"] {
+        let e = load(MINIMAL, &[("INGEST__THROTTLE__LESSONS_TOPIC", taken)]).unwrap_err();
+        assert!(e.to_string().contains("must differ"), "{taken}: {e}");
+    }
+}
+
+#[test]
 fn the_throttle_strategy_is_chosen_by_name_and_defaults_to_adaptive() {
     let s = load(MINIMAL, &[]).unwrap();
     assert_eq!(s.throttle.strategy.name(), "adaptive");

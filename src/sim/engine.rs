@@ -633,17 +633,13 @@ impl<'a> Run<'a> {
         i: usize,
         t: Duration,
     ) {
-        let mut k = 0;
-        while k < lessons.len() {
-            let (due, to, lesson) = lessons[k];
-            if to != i || due > t {
-                k += 1;
-                continue;
-            }
-            lessons.swap_remove(k);
-            let before = cl.strategy.rule();
-            cl.strategy.peer_lesson(due, lesson);
-            if cl.strategy.rule() != before {
+        // In the order they fall due.
+        while let Some(k) = (0..lessons.len())
+            .filter(|k| lessons[*k].1 == i && lessons[*k].0 <= t)
+            .min_by_key(|k| lessons[*k].0)
+        {
+            let (due, _, lesson) = lessons.swap_remove(k);
+            if cl.strategy.peer_lesson(due, lesson) {
                 self.out.lessons_taken += 1;
             }
             if let Some(r) = cl.strategy.rate() {

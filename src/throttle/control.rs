@@ -476,17 +476,12 @@ impl Control {
     }
 
     /// A peer's lesson on this table: the strategy takes it (see
-    /// [`Strategy::peer_lesson`]). Returns the rule it took it by, if it
-    /// changed anything.
-    pub fn peer_lesson(&self, lesson: PeerLesson) -> Option<&'static str> {
+    /// [`Strategy::peer_lesson`]) or not (returned).
+    pub fn peer_lesson(&self, lesson: PeerLesson) -> bool {
         let now = self.now();
-        let mut s = self.strategy.lock();
-        let before = s.rule();
-        s.peer_lesson(now, lesson);
-        let after = s.rule();
-        drop(s);
+        let taken = self.strategy.lock().peer_lesson(now, lesson);
         self.steer();
-        (after != before).then_some(after).flatten()
+        taken
     }
 
     /// Accounts for a wait of `d` (the writer waits, cancellably).

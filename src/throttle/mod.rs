@@ -104,6 +104,16 @@ pub enum Lesson {
     Settled,
 }
 
+impl Lesson {
+    /// Its name on the wire and in the logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lesson::FirstMeeting => "first_meeting",
+            Lesson::Settled => "settled",
+        }
+    }
+}
+
 /// A [`Lesson`] and the level it was met at, as a fraction of the
 /// teacher's fair share (the rate the event cut from, over the share).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -218,8 +228,11 @@ pub trait Strategy: Send + std::fmt::Debug {
 
     /// A peer of this client's job, writing the same table, learned
     /// `lesson` (see [`Lesson`]). Strategies that learn the table's free
-    /// capacity take it as their own; the others ignore it.
-    fn peer_lesson(&mut self, _now: Duration, _lesson: PeerLesson) {}
+    /// capacity take it as their own; the others ignore it. Returns whether
+    /// it was taken.
+    fn peer_lesson(&mut self, _now: Duration, _lesson: PeerLesson) -> bool {
+        false
+    }
 
     /// The strategy's current delay (for metrics).
     fn current_delay(&self) -> Duration;

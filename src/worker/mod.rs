@@ -107,6 +107,16 @@ pub async fn run(
         }
     };
     let tables = tables::distinct_tables(&routes);
+    // A table with this many records queued pauses the partitions feeding it.
+    let congestion = Arc::new(Congestion::new(
+        routes
+            .iter()
+            .map(|(topic, r)| (topic.as_str(), &r.table.name)),
+        settings.pipeline.max_buffered_records,
+    ));
+    let buffered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dlq =
+        DeadLetters::new(&settings.kafka, tokens.clone()).map_err(WorkerError::DeadLetters)?;
     // What one worker's tables teach it, its peers learn too.
     let lessons = (!settings.throttle.lessons_topic.is_empty()).then(|| {
         Lessons::start(
@@ -120,16 +130,6 @@ pub async fn run(
             crate::lessons::worker_id(seed),
         )
     });
-    // A table with this many records queued pauses the partitions feeding it.
-    let congestion = Arc::new(Congestion::new(
-        routes
-            .iter()
-            .map(|(topic, r)| (topic.as_str(), &r.table.name)),
-        settings.pipeline.max_buffered_records,
-    ));
-    let buffered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let dlq =
-        DeadLetters::new(&settings.kafka, tokens.clone()).map_err(WorkerError::DeadLetters)?;
     let acks = Arc::new(Acks::new());
     let counters = Arc::new(Counters::default());
     let live = Arc::new(Live::new(
@@ -172,7 +172,7 @@ pub async fn run(
     let ended = halves.run(source, pipeline.run(rx)).await;
     helpers.stop().await;
     if let Some(l) = lessons {
-        l.stop().await;
+        l.stop();
     }
     Ok(Outcome {
         exit: ended?,

@@ -123,6 +123,17 @@
 //!   of 10, measured with `ingest sim`). At a worker's share of a DynamoDB
 //!   table the period is milliseconds.
 //!
+//! - **Learn from peers.** A job's workers share two lessons through a
+//!   Kafka topic (`crate::lessons`): the first halving at the fair share,
+//!   and each settled cut met under `LESSON_BELOW` of the share. A
+//!   worker that met nothing yet and runs at its share halves on a peer's
+//!   first meeting as if it had met the table itself; on a peer's settle it
+//!   settles too (two events of its own), without a cut, unless the table
+//!   has shown it admits less than
+//!   `LESSON_DEEP_S` of its share at once (peers' requests meeting there
+//!   settle workers now and then; taught to each other, those settles held
+//!   workers low for minutes). A lesson heard is never taught on.
+//!
 //! Returns no delay itself after an attempt (the caller's pacer enforces
 //! `rate()`); the start splay is its only delay.
 //!
@@ -802,41 +813,42 @@ impl Strategy for Adaptive {
         self.taught.take()
     }
 
-    fn peer_lesson(&mut self, now: Duration, taught: PeerLesson) {
+    fn peer_lesson(&mut self, now: Duration, taught: PeerLesson) -> bool {
         // Only at a known share: both lessons are about the table having
         // less free than the group's share.
-        let fair = self.expected.map(|e| e * self.cfg.target_fraction);
-        let Some(f) = fair else { return };
+        let Some(f) = self.expected.map(|e| e * self.cfg.target_fraction) else {
+            return false;
+        };
         match taught.lesson {
             // The peer's halving is this client's, unless it met the table
             // already, runs below its share, or the table has shown it
             // admits little at once (its throttles are requests meeting,
-            // which it reads by itself).
+            // which it reads by itself). It counts as an event, as its own
+            // would: a throttle of its own soon after settles it.
             Lesson::FirstMeeting => {
                 if self.w_max.is_some()
                     || self.rate < 0.9 * f
                     || self.capacity.is_some_and(|c| self.shown_shallow(c))
                 {
-                    return;
+                    return false;
                 }
                 let base = self.rate;
-                self.note_event(now, base, fair);
+                self.note_event(now, base, Some(f));
                 self.cut(now, base, self.cfg.first_decrease);
                 self.rule = "peer_first_cut";
                 self.clamp();
+                true
             }
-            // The peer's settle is this client's too (two events, as if it
-            // had met them), without a cut: its rate may well be under the
-            // level the peer met, and what settling changes is the climb
-            // (slowly, to just under the last level, not back to the share).
-            // The exemptions of `note_event` (a shallow table, a share
-            // given lately) hold as for its own events. Only a settle met
-            // under `LESSON_BELOW` of the peer's share, on a table that has
-            // not shown this client it admits less than `LESSON_DEEP_S` of
-            // its share at once: peers' requests meeting in a bucket of a
-            // tenth of a second settle workers now and then, and taught to
-            // each other those settles kept two of three workers at a third
-            // to a half of their shares for minutes (`ingest sim`, a 0.1 s
+            // The peer's settle is this client's too, without a cut: its
+            // rate may well be under the level the peer met, and what
+            // settling changes is the climb (slowly, to just under the last
+            // level, not back to the share). Only a settle met under
+            // `LESSON_BELOW` of the peer's share, on a table that has not
+            // shown this client it admits less than `LESSON_DEEP_S` of its
+            // share at once: peers' requests meeting in a bucket of a tenth
+            // of a second settle workers now and then, and taught to each
+            // other those settles kept two of three workers at a third to a
+            // half of their shares for minutes (`ingest sim`, a 0.1 s
             // bucket, three clients: the least of seeds 1-8 used 51.8% of
             // the table instead of 72.2%; with both conditions 72.2%).
             Lesson::Settled => {
@@ -845,14 +857,19 @@ impl Strategy for Adaptive {
                     .admits_at_once()
                     .is_none_or(|p| p >= LESSON_DEEP_S * f);
                 if taught.level >= LESSON_BELOW || !deep_enough {
-                    return;
+                    return false;
                 }
+                // Two events, as if it had met them: it settles (under the
+                // exemptions of `note_event`), for twice as long as its last
+                // settle if it had one.
                 let level = self.rate.min(f);
-                self.note_event(now, level, fair);
-                self.note_event(now, level, fair);
-                if self.settled(now) {
+                self.note_event(now, level, Some(f));
+                self.note_event(now, level, Some(f));
+                let settled = self.settled(now);
+                if settled {
                     self.rule = "peer_settle";
                 }
+                settled
             }
         }
     }
@@ -1006,6 +1023,13 @@ impl Strategy for Adaptive {
                     (self.cfg.decrease, "cut")
                 };
                 self.rule = rule;
+                // Each settled cut is taught, so a job's settle holds while
+                // any of its workers meets the other writer, and doubles as
+                // a lone worker's does (`ingest sim`, seeds 1-8, teaching
+                // only a settle's start and never lengthening one from a
+                // peer: neighbour.toml 0.85% throttled against 0.68%,
+                // two-jobs.toml 1.37% against 1.19%; either way no lesson
+                // cuts a rate, and a settle ends once throttles stop).
                 self.taught = match (rule, fair) {
                     ("first_cut", Some(f)) => Some((Lesson::FirstMeeting, base / f)),
                     ("settle_cut", Some(f)) => Some((Lesson::Settled, base / f)),
