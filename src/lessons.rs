@@ -19,8 +19,9 @@
 //!   share.
 //!
 //! Best effort: a lesson lost or late costs only the throttles a worker
-//! would have met without it. Lessons are rare (a few a minute per worker
-//! at most); each carries the group and table, so jobs may share one topic.
+//! would have met without it. Lessons are rare (one per congestion event,
+//! so at most one a second per table, a few a minute in practice); each
+//! carries the group and table, so jobs may share one topic.
 //! The worker creates the topic when it is missing (one partition, an
 //! hour's retention; with MSK IAM it must exist, as rdkafka's admin client
 //! cannot sign its tokens) and, when it cannot reach or create it, runs
@@ -61,6 +62,14 @@ pub enum LessonsError {
     Create { topic: String, reason: String },
     #[error("lessons topic {topic}: cannot read it: {source}")]
     Read { topic: String, source: KafkaError },
+    #[error("lessons topic {topic}: {code}")]
+    Topic {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+    /// The worker stopped during setup (not an error to report).
+    #[error("stopped")]
+    Stopped,
 }
 
 /// One lesson on the wire (JSON).
@@ -108,12 +117,13 @@ pub fn worker_id(seed: u64) -> String {
 }
 
 /// The running channel: one thread that reads peers' lessons and publishes
-/// this worker's. Dropped (or [`Lessons::stop`]), it ends within
-/// [`POLL`], or once a setup call under way returns (each bounded by
-/// `kafka.metadata_timeout`); nothing waits for it.
+/// this worker's. Dropped, it ends on its own within [`POLL`], or once a
+/// setup call under way returns (each bounded by `kafka.metadata_timeout`);
+/// [`Lessons::stop`] waits for that, at most [`STOP_WAIT`].
 #[derive(Debug)]
 pub struct Lessons {
     stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Lessons {
@@ -122,12 +132,18 @@ impl Drop for Lessons {
     }
 }
 
+/// How long [`Lessons::stop`] waits for the thread to close its Kafka
+/// clients (a process that exits while librdkafka tears down may crash).
+pub const STOP_WAIT: Duration = Duration::from_secs(2);
+
 impl Lessons {
     /// Starts sharing the lessons of `tables` (name, control) through
     /// `topic`, on a thread of its own: the topic's creation and the
     /// reader's assignment (blocking Kafka calls) never delay the caller or
     /// its runtime, and their failure is logged once
-    /// (`lessons_unavailable`), not returned.
+    /// (`lessons_unavailable`), not returned. Lessons the tables teach
+    /// from now on are kept until the producer is ready (a job's start is
+    /// when workers meet other writers).
     pub fn start(
         kafka: &KafkaSettings,
         topic: &str,
@@ -136,29 +152,49 @@ impl Lessons {
         me: String,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let (kafka, topic, s) = (kafka.clone(), topic.to_string(), stop.clone());
+        let (tx, rx) = mpsc::unbounded_channel();
+        for (name, control) in &tables {
+            control.share_lessons(name.clone(), tx.clone());
+        }
+        drop(tx);
+        let (kafka, name, s) = (kafka.clone(), topic.to_string(), stop.clone());
         let spawned = std::thread::Builder::new()
             .name("lessons".into())
             .spawn(move || {
                 let shared = Shared {
                     kafka: &kafka,
-                    topic: &topic,
+                    topic: &name,
                     me: &me,
                     stop: &s,
                 };
-                if let Err(e) = shared.run(tokens, tables) {
-                    warn!(event = "lessons_unavailable", error = %e, topic,
-                        "lessons are not shared: each worker learns alone");
+                match shared.run(tokens, tables, rx) {
+                    Ok(()) | Err(LessonsError::Stopped) => {}
+                    Err(e) => warn!(event = "lessons_unavailable", error = %e, topic = %name,
+                        "lessons are not shared: each worker learns alone"),
                 }
             });
-        if let Err(e) = spawned {
-            warn!(event = "lessons_unavailable", error = %e, "lessons are not shared: no thread");
-        }
-        Lessons { stop }
+        let thread = match spawned {
+            Ok(t) => Some(t),
+            Err(e) => {
+                warn!(event = "lessons_unavailable", error = %e, topic,
+                    "lessons are not shared: no thread for them");
+                None
+            }
+        };
+        Lessons { stop, thread }
     }
 
-    /// Stops reading and publishing (lessons not yet sent are dropped).
-    pub fn stop(self) {}
+    /// Stops reading and publishing (lessons not yet sent are dropped),
+    /// waiting at most [`STOP_WAIT`] for the thread to close its clients.
+    pub async fn stop(mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let joined = tokio::task::spawn_blocking(move || t.join());
+            if tokio::time::timeout(STOP_WAIT, joined).await.is_err() {
+                debug!("the lessons thread is still closing; not waited for");
+            }
+        }
+    }
 }
 
 /// How long the reader waits for a lesson per poll, and so how late it
@@ -168,6 +204,14 @@ const POLL: Duration = Duration::from_millis(50);
 /// Lessons older than this (by their record's timestamp) are about a table
 /// as it was: passed over (a reader that reconnected, or reset).
 const STALE: Duration = Duration::from_secs(10);
+
+/// The reader's longest wait for a fetch's records (librdkafka's
+/// `fetch.wait.max.ms`). Kafka answers a waiting fetch as soon as a record
+/// arrives, so there this only sets how often an idle reader asks (20
+/// small requests a second); tansu answers at the end of the wait, and at
+/// 500 ms lessons reached peers 100-1,100 ms late, after most had met the
+/// table themselves (20-40 ms at 50; `make bench-dynamodb`'s two jobs).
+const FETCH_WAIT_MS: &str = "50";
 
 /// Reads of the topic failing for this long in a row are warned about,
 /// once per run of failures.
@@ -193,6 +237,7 @@ impl Shared<'_> {
         &self,
         tokens: Option<Arc<MskIamTokens>>,
         tables: Vec<(Arc<str>, Arc<Control>)>,
+        mut rx: mpsc::UnboundedReceiver<(Arc<str>, PeerLesson)>,
     ) -> Result<(), LessonsError> {
         let ctx = |client| AuthContext {
             tokens: tokens.clone(),
@@ -204,11 +249,14 @@ impl Shared<'_> {
         // touched), and only what comes after it starts.
         ccfg.set("group.id", format!("{}.lessons", self.kafka.group_id))
             .set("auto.offset.reset", "latest")
-            .set("fetch.wait.max.ms", "50");
+            // Its metadata requests must not create the topic with the
+            // broker's defaults (the pass-through properties may allow it).
+            .set("allow.auto.create.topics", "false")
+            .set("fetch.wait.max.ms", FETCH_WAIT_MS);
         let consumer: BaseConsumer<AuthContext> = ccfg
             .create_with_context(ctx("lessons reader"))
             .map_err(|e| self.client_err("reader", e))?;
-        let parts = match self.partitions(&consumer)? {
+        let parts = match self.partitions(&consumer, false)? {
             Some(n) => n,
             // The admin client cannot sign MSK IAM tokens (rdkafka serves
             // no OAUTHBEARER refresh on its queue): there the topic must
@@ -232,7 +280,7 @@ impl Shared<'_> {
                         reason: format!("no runtime for the admin client: {e}"),
                     })?;
                 runtime.block_on(self.create_topic(ctx("lessons admin")))?;
-                self.partitions(&consumer)?
+                self.partitions(&consumer, true)?
                     .ok_or_else(|| LessonsError::Create {
                         topic: self.topic.to_string(),
                         reason: "created, but the broker shows no partition of it".into(),
@@ -255,11 +303,6 @@ impl Shared<'_> {
         let producer: FutureProducer<AuthContext> = pcfg
             .create_with_context(ctx("lessons producer"))
             .map_err(|e| self.client_err("producer", e))?;
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        for (name, control) in &tables {
-            control.share_lessons(name.clone(), tx.clone());
-        }
-        drop(tx);
         let controls: HashMap<String, Arc<Control>> = tables
             .iter()
             .map(|(n, c)| (n.to_string(), c.clone()))
@@ -270,7 +313,9 @@ impl Shared<'_> {
             partitions = parts,
             "lessons shared with the job's other workers"
         );
-        let mut failing: Option<(Instant, bool)> = None;
+        // Read errors in a row: since when, the last one, and whether the
+        // run was warned about. A quiet spell of `WARN_AFTER` ends a run.
+        let mut failing: Option<(Instant, Instant, bool)> = None;
         while !self.stop.load(Relaxed) {
             while let Ok((table, lesson)) = rx.try_recv() {
                 self.publish(&producer, &table, lesson);
@@ -282,14 +327,19 @@ impl Shared<'_> {
                     self.hear(&m, &controls);
                 }
                 Some(Err(e)) => {
-                    let (since, warned) = failing.get_or_insert((Instant::now(), false));
-                    if !*warned && since.elapsed() >= WARN_AFTER {
-                        *warned = true;
+                    let now = Instant::now();
+                    let run = failing.get_or_insert((now, now, false));
+                    run.1 = now;
+                    if !run.2 && now.duration_since(run.0) >= WARN_AFTER {
+                        run.2 = true;
                         warn!(event = "lessons_unreadable", topic = self.topic, error = %e,
                             "peers' lessons cannot be read");
                     }
                     debug!(error = %e, "lessons read failed");
                 }
+            }
+            if failing.is_some_and(|(_, last, _)| last.elapsed() >= WARN_AFTER) {
+                failing = None;
             }
         }
         Ok(())
@@ -304,30 +354,41 @@ impl Shared<'_> {
 
     /// The topic's partitions (None: it does not exist), asked in slices
     /// while the reader's queue is served (MSK IAM tokens are refreshed
-    /// there, and nothing logs in without them).
+    /// there, and nothing logs in without them). Just `created`, a broker
+    /// that does not know it yet is asked again until the deadline.
     fn partitions(
         &self,
         consumer: &BaseConsumer<AuthContext>,
+        created: bool,
     ) -> Result<Option<usize>, LessonsError> {
         let deadline = Instant::now() + self.kafka.metadata_timeout;
         let mut last = None;
-        while Instant::now() < deadline && !self.stop.load(Relaxed) {
+        while Instant::now() < deadline {
+            if self.stop.load(Relaxed) {
+                return Err(LessonsError::Stopped);
+            }
             let _ = consumer.poll(Duration::ZERO);
             match consumer.fetch_metadata(Some(self.topic), Duration::from_millis(500)) {
                 Ok(md) => match md.topics().first() {
                     Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
                         return Ok(Some(t.partitions().len()))
                     }
-                    Some(t)
-                        if t.error().is_some_and(|e| {
-                            RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition
-                        }) =>
-                    {
-                        return Ok(None)
+                    Some(t) => {
+                        use RDKafkaErrorCode as C;
+                        match t.error().map(C::from) {
+                            Some(C::UnknownTopicOrPartition) if !created => return Ok(None),
+                            Some(code @ (C::TopicAuthorizationFailed | C::InvalidTopic)) => {
+                                return Err(LessonsError::Topic {
+                                    topic: self.topic.to_string(),
+                                    code,
+                                })
+                            }
+                            // A topic being created shows an error or no
+                            // partition for a moment.
+                            _ => {}
+                        }
                     }
-                    // A topic being created shows an error or no partition
-                    // for a moment.
-                    _ => {}
+                    None => {}
                 },
                 Err(e) => last = Some(e),
             }
@@ -345,38 +406,40 @@ impl Shared<'_> {
         })
     }
 
-    /// Creates the topic: one partition, an hour's retention, the broker's
-    /// default replication (one replica where a broker before Kafka 2.4
-    /// takes no default).
+    /// Creates the topic: one partition, an hour's retention, timestamps
+    /// set by the broker (a lesson's age is then not the sender's clock),
+    /// and the broker's default replication; one replica only where the
+    /// client cannot ask for a default (librdkafka refuses the request
+    /// before sending it to a broker before Kafka 2.4).
     async fn create_topic(&self, ctx: AuthContext) -> Result<(), LessonsError> {
         let admin: AdminClient<AuthContext> = crate::dlq::producer_config(self.kafka)
             .create_with_context(ctx)
             .map_err(|e| self.client_err("admin client", e))?;
-        let opts = AdminOptions::new().operation_timeout(Some(self.kafka.metadata_timeout));
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(self.kafka.metadata_timeout))
+            .request_timeout(Some(self.kafka.metadata_timeout));
         let refused = |reason: String| LessonsError::Create {
             topic: self.topic.to_string(),
             reason,
         };
         for replication in [-1, 1] {
             let new = NewTopic::new(self.topic, 1, TopicReplication::Fixed(replication))
-                .set("retention.ms", "3600000");
-            let created = admin
-                .create_topics([&new], &opts)
-                .await
-                .map_err(|e| refused(e.to_string()))?;
-            match created.into_iter().next() {
-                Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {
-                    return Ok(())
+                .set("retention.ms", "3600000")
+                .set("message.timestamp.type", "LogAppendTime");
+            let created = match admin.create_topics([&new], &opts).await {
+                Err(KafkaError::AdminOp(RDKafkaErrorCode::UnsupportedFeature))
+                    if replication == -1 =>
+                {
+                    debug!("the broker takes no default replication: one replica");
+                    continue;
                 }
-                Some(Err((
-                    _,
-                    code @ (RDKafkaErrorCode::InvalidReplicationFactor
-                    | RDKafkaErrorCode::UnsupportedVersion),
-                ))) if replication == -1 => {
-                    debug!(%code, "the broker takes no default replication: one replica");
-                }
-                Some(Err((_, code))) => return Err(refused(code.to_string())),
-            }
+                Err(e) => return Err(refused(e.to_string())),
+                Ok(created) => created,
+            };
+            return match created.into_iter().next() {
+                Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => Ok(()),
+                Some(Err((_, code))) => Err(refused(code.to_string())),
+            };
         }
         Err(refused("no replication the broker takes".into()))
     }
@@ -424,13 +487,8 @@ impl Shared<'_> {
         if !w.is_for(&self.kafka.group_id, self.me) {
             return;
         }
-        let age = m
-            .timestamp()
-            .to_millis()
-            .and_then(|t| u64::try_from(t).ok())
-            .map(|t| now_ms().saturating_sub(t));
-        if age.is_some_and(|a| a > STALE.as_millis() as u64) {
-            debug!(table = %w.table, age_ms = age, "a stale lesson passed over");
+        if is_stale(m.timestamp().to_millis(), now_ms()) {
+            debug!(table = %w.table, "a stale lesson passed over");
             return;
         }
         if let Some(control) = controls.get(&w.table) {
@@ -439,6 +497,13 @@ impl Shared<'_> {
                 level = w.level, from = %w.from, taken, "a peer's lesson");
         }
     }
+}
+
+/// Whether a lesson stamped `at` (ms since the epoch; None: unstamped) is
+/// older than [`STALE`] at `now`. Pure.
+fn is_stale(at: Option<i64>, now: u64) -> bool {
+    at.and_then(|t| u64::try_from(t).ok())
+        .is_some_and(|t| now.saturating_sub(t) > STALE.as_millis() as u64)
 }
 
 fn now_ms() -> u64 {
@@ -468,6 +533,15 @@ mod tests {
         assert_eq!(Wire::decode(&bytes).unwrap(), w);
         assert!(Wire::decode(b"{\"group\":\"g\"}").is_err());
         assert!(Wire::decode(b"not json").is_err());
+    }
+
+    #[test]
+    fn lessons_over_ten_seconds_old_are_stale() {
+        assert!(!is_stale(Some(100_000), 105_000));
+        assert!(!is_stale(Some(100_000), 110_000));
+        assert!(is_stale(Some(100_000), 110_001));
+        assert!(!is_stale(None, 110_001), "unstamped");
+        assert!(!is_stale(Some(120_000), 110_000), "a clock behind");
     }
 
     #[test]

@@ -702,7 +702,7 @@ async fn a_workers_lessons_reach_the_topic_and_it_takes_only_its_peers() {
         async move { sent }
     })
     .await;
-    let wire: Vec<Value> = read_values(&topic, Duration::from_secs(3))
+    let wire: Vec<Value> = read_values(&topic, Duration::from_secs(30))
         .iter()
         .filter_map(|v| serde_json::from_str(v).ok())
         .collect();

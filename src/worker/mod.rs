@@ -172,7 +172,7 @@ pub async fn run(
     let ended = halves.run(source, pipeline.run(rx)).await;
     helpers.stop().await;
     if let Some(l) = lessons {
-        l.stop();
+        l.stop().await;
     }
     Ok(Outcome {
         exit: ended?,

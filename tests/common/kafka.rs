@@ -244,8 +244,8 @@ pub fn read_all_dead_letters(topic: &str) -> Vec<DeadLetter> {
     letters
 }
 
-/// Every record's value on partition 0 of `topic`, from its start, read
-/// until `timeout` passes with nothing new.
+/// Every record's value on partition 0 of `topic`, from its start to its
+/// end offset now (at most `timeout`).
 pub fn read_values(topic: &str, timeout: Duration) -> Vec<String> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
@@ -253,16 +253,20 @@ pub fn read_values(topic: &str, timeout: Duration) -> Vec<String> {
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
+    let (low, high) = c
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+    tpl.add_partition_offset(topic, 0, Offset::Offset(low))
         .unwrap();
     c.assign(&tpl).unwrap();
     let mut out = Vec::new();
-    let mut last = Instant::now();
-    while last.elapsed() < timeout {
+    let deadline = Instant::now() + timeout;
+    let mut next = low;
+    while next < high && Instant::now() < deadline {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
             out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-            last = Instant::now();
+            next = m.offset() + 1;
         }
     }
     out
