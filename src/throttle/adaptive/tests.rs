@@ -348,9 +348,22 @@ fn the_first_call_is_spread_over_one_period_at_the_starting_rate() {
 /// answers say the table takes 50 units/s from it (another writer has the
 /// rest), throttled at `events` (ms); the rate at each of `probes` (ms).
 fn under_a_neighbour(cfg: AdaptiveConfig, events: &[u64], probes: &[u64]) -> Vec<f64> {
+    taught_with(cfg, events, &[], probes)
+}
+
+/// [`under_a_neighbour`], taught peers' `lessons` (ms) as well.
+fn taught_with(
+    cfg: AdaptiveConfig,
+    events: &[u64],
+    lessons: &[(u64, PeerLesson)],
+    probes: &[u64],
+) -> Vec<f64> {
     let mut a = Adaptive::new(cfg);
     let mut out = Vec::new();
     for t in (0..=*probes.last().unwrap()).step_by(100) {
+        for (_, l) in lessons.iter().filter(|(at, _)| *at == t) {
+            a.peer_lesson(Duration::from_millis(t), *l);
+        }
         let mut fb = at(t, events.contains(&t), 5.0, Some(200.0));
         fb.share = Some(1.0 / 3.0);
         a.after_attempt(&fb);
@@ -1164,20 +1177,7 @@ fn settled(level: f64) -> PeerLesson {
 /// A third of a 200 WCU/s table as in [`under_a_neighbour`], throttled at
 /// `events` and taught peers' `lessons` (ms): its rate at `probes`.
 fn taught(events: &[u64], lessons: &[(u64, PeerLesson)], probes: &[u64]) -> Vec<f64> {
-    let mut a = Adaptive::new(AdaptiveConfig::default());
-    let mut out = Vec::new();
-    for t in (0..=*probes.last().unwrap()).step_by(100) {
-        for (_, l) in lessons.iter().filter(|(at, _)| *at == t) {
-            a.peer_lesson(Duration::from_millis(t), *l);
-        }
-        let mut fb = at(t, events.contains(&t), 5.0, Some(200.0));
-        fb.share = Some(1.0 / 3.0);
-        a.after_attempt(&fb);
-        if probes.contains(&t) {
-            out.push(a.rate().unwrap());
-        }
-    }
-    out
+    taught_with(AdaptiveConfig::default(), events, lessons, probes)
 }
 
 #[test]
