@@ -77,8 +77,6 @@ pub struct Outcome {
     /// With partitions: what the busiest partition admitted over its
     /// maximum x the run's length.
     pub busiest_partition_use: Option<f64>,
-    /// Peers' lessons that changed a client's strategy.
-    pub lessons_taken: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,6 +130,16 @@ struct Client {
     hot: Option<HotKeys>,
     attempts: u64,
     throttled: u64,
+}
+
+impl Client {
+    /// Its pacer follows its strategy's rate (strategies that pace by one).
+    fn steer(&mut self) {
+        if let Some(r) = self.strategy.rate() {
+            let (slots, burst) = slots_and_burst(&*self.strategy, self.slot_parts.as_deref());
+            self.pacer.steer(Some(r), burst, slots);
+        }
+    }
 }
 
 /// How the run ends.
@@ -627,7 +635,7 @@ impl<'a> Run<'a> {
 
     /// Client `i` (`cl`) hears its peers' lessons due by `t`.
     fn hear_lessons(
-        &mut self,
+        &self,
         cl: &mut Client,
         lessons: &mut Vec<(Duration, usize, PeerLesson)>,
         i: usize,
@@ -640,11 +648,7 @@ impl<'a> Run<'a> {
         {
             let (due, _, lesson) = lessons.swap_remove(k);
             if cl.strategy.peer_lesson(due, lesson) {
-                self.out.lessons_taken += 1;
-            }
-            if let Some(r) = cl.strategy.rate() {
-                let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
-                cl.pacer.steer(Some(r), burst, slots);
+                cl.steer();
             }
         }
     }
@@ -756,10 +760,7 @@ impl<'a> Run<'a> {
             }
             None => (Duration::ZERO, None),
         };
-        if let Some(r) = cl.strategy.rate() {
-            let (slots, burst) = slots_and_burst(&*cl.strategy, cl.slot_parts.as_deref());
-            cl.pacer.steer(Some(r), burst, slots);
-        }
+        cl.steer();
         if cl.turn == Some(lane) {
             // A probe's answer: the turn goes on.
             self.hand_on(cl, client, t);

@@ -615,6 +615,33 @@ mod tests {
     }
 
     #[test]
+    fn a_first_halving_goes_out_as_a_lesson_and_a_peers_control_paces_by_it() {
+        let third = || {
+            let c = Control::new(StrategyConfig::default().build(1), None, burst());
+            c.set_capacity(Some(200.0));
+            c.set_share(Some(1.0 / 3.0));
+            c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+            c
+        };
+        let fair = 200.0 / 3.0 * 0.98;
+        let (a, b) = (third(), third());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        a.share_lessons("orders".into(), tx);
+        a.after_attempt(Throttled::Table, 0.0, 5.0, 0.0);
+        let (table, lesson) = rx.try_recv().expect("the halving is taught");
+        assert_eq!(&*table, "orders");
+        assert_eq!(lesson.lesson, crate::throttle::Lesson::FirstMeeting);
+        assert!((lesson.level - 1.0).abs() < 0.01, "{lesson:?}");
+        assert!(rx.try_recv().is_err(), "once");
+        // The peer's pacer follows the lesson at once.
+        assert!((b.report().pacing_rate.unwrap() - fair).abs() < 0.01);
+        assert!(b.peer_lesson(lesson));
+        let paced = b.report().pacing_rate.unwrap();
+        assert!((paced - 0.5 * fair).abs() < 0.01, "{paced}");
+        assert!(!b.peer_lesson(lesson), "met already");
+    }
+
+    #[test]
     fn a_rate_strategy_steers_the_pacer() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
         c.set_capacity(Some(200.0));
