@@ -27,8 +27,16 @@
 //! cannot sign its tokens) and, when it cannot reach or create it, runs
 //! without lessons after a warning (`lessons_unavailable`). Everything runs
 //! on one thread of its own, so no Kafka call delays the data path or its
-//! runtime. The reader starts at the topic's end and passes over lessons
-//! older than [`STALE`]: a lesson is about the table now.
+//! runtime. The reader passes over lessons older than [`STALE`] and those
+//! sent before it started: a lesson is about the table now.
+//!
+//! The same topic carries the jobs' beats (`[throttle] split_with_jobs`,
+//! see `throttle::jobs`): about once a second per table, each worker says
+//! that its job writes the table, whether records wait for it and what it
+//! wrote. The reader starts a few thousand records before the topic's end,
+//! so it hears the beats of the last seconds at once, and each table's
+//! control takes its job's part among the jobs heard. A worker's first
+//! request waits until those recent beats were read.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -38,15 +46,17 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::config::KafkaSettings;
+use crate::congestion::Depth;
 use crate::msk_iam::{AuthContext, MskIamTokens};
 use crate::throttle::control::Control;
+use crate::throttle::jobs::{self, Beat, Jobs};
 use crate::throttle::{Lesson, PeerLesson};
 
 /// Why lessons cannot be shared (the worker runs without them).
@@ -109,6 +119,64 @@ impl Wire {
     }
 }
 
+/// One beat on the wire (JSON): a worker of `group` writes `table`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BeatWire {
+    pub group: String,
+    pub table: String,
+    /// Records wait to be written to the table.
+    pub busy: bool,
+    /// Units/s written to the table since the last beat.
+    pub rate: f64,
+    pub from: String,
+}
+
+impl BeatWire {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a beat serializes")
+    }
+
+    pub fn beat(&self) -> Beat {
+        Beat {
+            busy: self.busy,
+            rate: if self.rate.is_finite() {
+                self.rate
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// A record of the topic: a lesson, or a beat.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Heard {
+    Lesson(Wire),
+    Beat(BeatWire),
+}
+
+impl Heard {
+    /// Reads a record (a lesson has `lesson`, a beat `busy`).
+    pub fn decode(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        match Wire::decode(bytes) {
+            Ok(w) => Ok(Heard::Lesson(w)),
+            Err(e) => match serde_json::from_slice::<BeatWire>(bytes) {
+                Ok(b) => Ok(Heard::Beat(b)),
+                Err(_) => Err(e),
+            },
+        }
+    }
+}
+
+/// One table whose lessons and beats are shared: its name, its control,
+/// and its queue (records waiting for it make its job busy).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub name: Arc<str>,
+    pub control: Arc<Control>,
+    pub queue: Option<Arc<Depth>>,
+}
+
 /// A worker's id on the topic: the host and process, and a random part
 /// (two runs in one process, or a reused pid, stay apart).
 pub fn worker_id(seed: u64) -> String {
@@ -144,30 +212,44 @@ impl Lessons {
     /// (`lessons_unavailable`), not returned. Lessons the tables teach
     /// from now on are kept until the producer is ready (a job's start is
     /// when workers meet other writers).
+    ///
+    /// With `split` (`[throttle] split_with_jobs`), the thread also beats
+    /// for each table and splits it with the other jobs heard; each
+    /// table's first request waits until the recent beats were read (or
+    /// the thread gave up).
     pub fn start(
         kafka: &KafkaSettings,
         topic: &str,
         tokens: Option<Arc<MskIamTokens>>,
-        tables: Vec<(Arc<str>, Arc<Control>)>,
+        tables: Vec<Shared>,
         me: String,
+        split: bool,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::unbounded_channel();
-        for (name, control) in &tables {
-            control.share_lessons(name.clone(), tx.clone());
+        for t in &tables {
+            t.control.share_lessons(t.name.clone(), tx.clone());
+            if split {
+                t.control.await_jobs();
+            }
         }
         drop(tx);
         let (kafka, name, s) = (kafka.clone(), topic.to_string(), stop.clone());
+        // However the thread ends (or if it never starts), no first
+        // request waits for it.
+        let release = Release(tables.iter().map(|t| t.control.clone()).collect());
         let spawned = std::thread::Builder::new()
             .name("lessons".into())
             .spawn(move || {
-                let shared = Shared {
+                let _release = release;
+                let channel = Channel {
                     kafka: &kafka,
                     topic: &name,
                     me: &me,
                     stop: &s,
+                    split,
                 };
-                match shared.run(tokens, tables, rx) {
+                match channel.run(tokens, tables, rx) {
                     Ok(()) | Err(LessonsError::Stopped) => {}
                     Err(e) => warn!(event = "lessons_unavailable", error = %e, topic = %name,
                         "lessons are not shared: each worker learns alone"),
@@ -176,6 +258,7 @@ impl Lessons {
         let thread = match spawned {
             Ok(t) => Some(t),
             Err(e) => {
+                // Dropped with the closure: the first requests are released.
                 warn!(event = "lessons_unavailable", error = %e, topic,
                     "lessons are not shared: no thread for them");
                 None
@@ -217,14 +300,85 @@ const FETCH_WAIT_MS: &str = "50";
 /// once per run of failures.
 const WARN_AFTER: Duration = Duration::from_secs(15);
 
-struct Shared<'a> {
+/// Releases the tables' first requests when dropped (see
+/// [`Control::jobs_heard`]).
+struct Release(Vec<Arc<Control>>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            c.jobs_heard();
+        }
+    }
+}
+
+/// How many records before the topic's end the reader starts when it
+/// splits tables with other jobs: beats of the last [`jobs::STALE`] must
+/// be among them (a beat a second per worker and table: a few hundred
+/// workers).
+const TAIL: i64 = 2_000;
+
+/// Each table's jobs, as heard.
+struct Tables {
+    shared: Vec<Shared>,
+    by_name: HashMap<String, usize>,
+    jobs: Vec<Jobs>,
+    /// Whether each table's last beat said busy.
+    was_busy: Vec<bool>,
+    last_beat: Option<Instant>,
+    epoch: Instant,
+}
+
+impl Tables {
+    fn new(shared: Vec<Shared>) -> Self {
+        let by_name = shared
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.to_string(), i))
+            .collect();
+        let n = shared.len();
+        Tables {
+            shared,
+            by_name,
+            jobs: vec![Jobs::default(); n],
+            was_busy: vec![false; n],
+            last_beat: None,
+            // Early enough that beats read from the history keep their age.
+            epoch: Instant::now()
+                .checked_sub(2 * jobs::STALE)
+                .unwrap_or_else(Instant::now),
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// Applies each table's split among the jobs heard, where it moved.
+    fn split(&mut self, group: &str) {
+        let now = self.now();
+        for (t, jobs) in self.shared.iter().zip(self.jobs.iter_mut()) {
+            jobs.expire(now);
+            let next = jobs.split(group, now, t.control.capacity());
+            if t.control.jobs().moved(&next) {
+                t.control.set_jobs(next);
+                info!(event = "jobs_split", table = %t.name, part = next.part,
+                    busy_jobs = next.busy_jobs, jobs = next.jobs,
+                    "the table's part for this job among the jobs writing it");
+            }
+        }
+    }
+}
+
+struct Channel<'a> {
     kafka: &'a KafkaSettings,
     topic: &'a str,
     me: &'a str,
     stop: &'a AtomicBool,
+    split: bool,
 }
 
-impl Shared<'_> {
+impl Channel<'_> {
     fn client_err(&self, client: &'static str, source: KafkaError) -> LessonsError {
         LessonsError::Client {
             topic: self.topic.to_string(),
@@ -236,7 +390,7 @@ impl Shared<'_> {
     fn run(
         &self,
         tokens: Option<Arc<MskIamTokens>>,
-        tables: Vec<(Arc<str>, Arc<Control>)>,
+        tables: Vec<Shared>,
         mut rx: mpsc::UnboundedReceiver<(Arc<str>, PeerLesson)>,
     ) -> Result<(), LessonsError> {
         let ctx = |client| AuthContext {
@@ -287,12 +441,28 @@ impl Shared<'_> {
                     })?
             }
         };
+        // Where each partition ended as the reader started: records before
+        // it are history (lessons passed over, beats heard if recent).
+        let mut ends: Vec<i64> = Vec::with_capacity(parts);
         let mut tpl = TopicPartitionList::new();
         for p in 0..parts as i32 {
-            tpl.add_partition_offset(self.topic, p, Offset::End)
+            let from = if self.split {
+                let (low, high) = consumer
+                    .fetch_watermarks(self.topic, p, self.kafka.metadata_timeout)
+                    .map_err(|e| self.read_err(e))?;
+                ends.push(high);
+                Offset::Offset(low.max(high - TAIL))
+            } else {
+                ends.push(-1);
+                Offset::End
+            };
+            tpl.add_partition_offset(self.topic, p, from)
                 .map_err(|e| self.read_err(e))?;
         }
         consumer.assign(&tpl).map_err(|e| self.read_err(e))?;
+        // Partitions whose history is still to be read.
+        let mut behind: Vec<bool> = ends.iter().map(|e| *e > 0).collect();
+        let assigned = Instant::now();
         let mut pcfg = crate::dlq::producer_config(self.kafka);
         // A lesson is worth something only soon: one acknowledgement, no
         // waiting to fill a batch, dropped after a few seconds.
@@ -303,10 +473,7 @@ impl Shared<'_> {
         let producer: FutureProducer<AuthContext> = pcfg
             .create_with_context(ctx("lessons producer"))
             .map_err(|e| self.client_err("producer", e))?;
-        let controls: HashMap<String, Arc<Control>> = tables
-            .iter()
-            .map(|(n, c)| (n.to_string(), c.clone()))
-            .collect();
+        let mut tables = Tables::new(tables);
         info!(
             event = "lessons_shared",
             topic = self.topic,
@@ -316,15 +483,34 @@ impl Shared<'_> {
         // Read errors in a row: since when, the last one, and whether the
         // run was warned about. A quiet spell of `WARN_AFTER` ends a run.
         let mut failing: Option<(Instant, Instant, bool)> = None;
+        let mut released = !self.split;
         while !self.stop.load(Relaxed) {
             while let Ok((table, lesson)) = rx.try_recv() {
                 self.publish(&producer, &table, lesson);
+            }
+            if self.split {
+                self.beat(&producer, &mut tables, false);
+                tables.split(&self.kafka.group_id);
+                // The recent beats read (or a second gone by): the first
+                // requests may leave, at the job's part.
+                if !released && (behind.iter().all(|b| !b) || assigned.elapsed() >= jobs::BEAT) {
+                    released = true;
+                    for t in &tables.shared {
+                        t.control.jobs_heard();
+                    }
+                    debug!(jobs_heard = ?assigned.elapsed(), "the jobs writing the tables are known");
+                }
             }
             match consumer.poll(POLL) {
                 None => {}
                 Some(Ok(m)) => {
                     failing = None;
-                    self.hear(&m, &controls);
+                    let p = m.partition() as usize;
+                    let history = ends.get(p).is_some_and(|e| m.offset() < *e);
+                    if let Some(b) = behind.get_mut(p) {
+                        *b = *b && m.offset() + 1 < ends[p];
+                    }
+                    self.hear(&m, &mut tables, history);
                 }
                 Some(Err(e)) => {
                     let now = Instant::now();
@@ -342,7 +528,55 @@ impl Shared<'_> {
                 failing = None;
             }
         }
+        if self.split {
+            // Leaving: this worker no longer makes its job busy.
+            self.beat(&producer, &mut tables, true);
+            let _ = producer.flush(Duration::from_millis(200));
+        }
         Ok(())
+    }
+
+    /// Beats for each table when a [`jobs::BEAT`] has passed, or at once
+    /// for a table whose records started to wait (its job turned busy), or
+    /// as the worker leaves (`leaving`: not busy, nothing written).
+    fn beat(&self, producer: &FutureProducer<AuthContext>, tables: &mut Tables, leaving: bool) {
+        let due = tables.last_beat.is_none_or(|t| t.elapsed() >= jobs::BEAT);
+        let turned: Vec<bool> = tables
+            .shared
+            .iter()
+            .zip(&tables.was_busy)
+            .map(|(t, was)| !was && t.queue.as_ref().is_some_and(|q| q.queued() > 0))
+            .collect();
+        if !(due || leaving || turned.iter().any(|t| *t)) {
+            return;
+        }
+        tables.last_beat = Some(Instant::now());
+        for (i, t) in tables.shared.iter().enumerate() {
+            let queued = t.queue.as_ref().is_some_and(|q| q.queued() > 0);
+            let beat = if leaving {
+                Beat {
+                    busy: false,
+                    rate: 0.0,
+                }
+            } else {
+                t.control.beat(queued)
+            };
+            tables.was_busy[i] = beat.busy;
+            let wire = BeatWire {
+                group: self.kafka.group_id.clone(),
+                table: t.name.to_string(),
+                busy: beat.busy,
+                rate: beat.rate,
+                from: self.me.to_string(),
+            };
+            let payload = wire.encode();
+            let record = FutureRecord::<str, [u8]>::to(self.topic)
+                .key(&self.kafka.group_id)
+                .payload(&payload);
+            if let Err((e, _)) = producer.send_result(record) {
+                debug!(table = %t.name, error = %e, "beat not sent");
+            }
+        }
     }
 
     fn read_err(&self, source: KafkaError) -> LessonsError {
@@ -471,31 +705,60 @@ impl Shared<'_> {
         }
     }
 
-    /// Takes a peer's lesson, if `m` is one for this worker.
-    fn hear(
-        &self,
-        m: &rdkafka::message::BorrowedMessage<'_>,
-        controls: &HashMap<String, Arc<Control>>,
-    ) {
-        let w = match Wire::decode(m.payload().unwrap_or_default()) {
-            Ok(w) => w,
+    /// Takes a peer's lesson, if `m` is one for this worker and not
+    /// `history` (sent before the reader started), or another job's beat.
+    fn hear(&self, m: &rdkafka::message::BorrowedMessage<'_>, tables: &mut Tables, history: bool) {
+        let w = match Heard::decode(m.payload().unwrap_or_default()) {
+            Ok(Heard::Lesson(w)) => w,
+            Ok(Heard::Beat(b)) => {
+                if self.split && b.group != self.kafka.group_id {
+                    self.hear_beat(m, tables, &b);
+                }
+                return;
+            }
             Err(e) => {
                 debug!(offset = m.offset(), error = %e, "not a lesson");
                 return;
             }
         };
-        if !w.is_for(&self.kafka.group_id, self.me) {
+        if history || !w.is_for(&self.kafka.group_id, self.me) {
             return;
         }
         if is_stale(m.timestamp().to_millis(), now_ms()) {
             debug!(table = %w.table, "a stale lesson passed over");
             return;
         }
-        if let Some(control) = controls.get(&w.table) {
-            let taken = control.peer_lesson(w.peer_lesson());
+        if let Some(i) = tables.by_name.get(&w.table) {
+            let taken = tables.shared[*i].control.peer_lesson(w.peer_lesson());
             info!(event = "lesson_heard", table = %w.table, lesson = w.lesson.as_str(),
                 level = w.level, from = %w.from, taken, "a peer's lesson");
         }
+    }
+
+    /// Another job's beat: heard as sent at its record's timestamp (the
+    /// broker's), so that a beat read from the history is as old as it is.
+    fn hear_beat(
+        &self,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        tables: &mut Tables,
+        b: &BeatWire,
+    ) {
+        let Some(i) = tables.by_name.get(&b.table).copied() else {
+            return;
+        };
+        let age = m
+            .timestamp()
+            .to_millis()
+            .and_then(|t| u64::try_from(t).ok())
+            .map_or(Duration::ZERO, |t| {
+                Duration::from_millis(now_ms().saturating_sub(t))
+            });
+        if age > jobs::STALE {
+            return;
+        }
+        let at = tables.now().saturating_sub(age);
+        tables.jobs[i].hear(&b.group, &b.from, at, b.beat());
+        tables.split(&self.kafka.group_id);
     }
 }
 
@@ -533,6 +796,36 @@ mod tests {
         assert_eq!(Wire::decode(&bytes).unwrap(), w);
         assert!(Wire::decode(b"{\"group\":\"g\"}").is_err());
         assert!(Wire::decode(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_beat_reads_back_as_a_beat_and_a_lesson_as_a_lesson() {
+        let b = BeatWire {
+            group: "g".into(),
+            table: "orders".into(),
+            busy: true,
+            rate: 96.5,
+            from: "h/1/00".into(),
+        };
+        let bytes = b.encode();
+        assert_eq!(
+            String::from_utf8_lossy(&bytes),
+            r#"{"group":"g","table":"orders","busy":true,"rate":96.5,"from":"h/1/00"}"#
+        );
+        assert_eq!(Heard::decode(&bytes).unwrap(), Heard::Beat(b.clone()));
+        assert_eq!(
+            b.beat(),
+            Beat {
+                busy: true,
+                rate: 96.5
+            }
+        );
+        let lesson =
+            br#"{"group":"g","table":"t","lesson":"settled","level":0.75,"from":"h/1/00"}"#;
+        assert!(matches!(Heard::decode(lesson), Ok(Heard::Lesson(_))));
+        // A lesson reader of before beats passes them over as "not a lesson".
+        assert!(Wire::decode(&bytes).is_err());
+        assert!(Heard::decode(b"{\"group\":\"g\"}").is_err());
     }
 
     #[test]

@@ -808,3 +808,46 @@ fn lessons_shared_within_a_job_cut_throttles_under_a_neighbour_and_cost_nothing_
         assert!(s >= &(a - 0.005), "seed {}: {s} vs {a}", seed + 1);
     }
 }
+
+/// Jobs on one table hear each other's beats and split it
+/// (`clients.split_jobs`, as the worker's `throttle.split_with_jobs`): two
+/// jobs of three clients and three jobs (seeds 1-8) are throttled on 1.19%
+/// and 16.6% of their requests each learning alone (2026-12-01), and on
+/// 0.14% and 0.04% split, each job near its even part of the table; two
+/// jobs of three pace as one job of six.
+#[test]
+fn jobs_that_hear_each_other_split_the_table_instead_of_meeting_in_it() {
+    let totals = |mut sc: sim::scenario::Scenario, split: bool| {
+        sc.clients.split_jobs = split;
+        sc.strategies
+            .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
+        let (mut throttled, mut requests, mut util, mut least_job) = (0, 0, 1.0f64, 1.0f64);
+        for seed in 1..=8 {
+            sc.seed = seed;
+            let scores = sim::run(&sc).unwrap().scores;
+            let s = by(&scores, "adaptive");
+            throttled += s.throttled;
+            requests += s.requests;
+            util = util.min(s.utilization);
+            least_job = s.group_shares.iter().copied().fold(least_job, f64::min);
+        }
+        (throttled as f64 / requests as f64, util, least_job)
+    };
+    for (name, jobs) in [("two-jobs", 2.0), ("three-jobs", 3.0)] {
+        let sc = sim::load(&scenario(name)).unwrap();
+        let (alone, _, _) = totals(sc.clone(), false);
+        let (split, util, least_job) = totals(sc.clone(), true);
+        assert!(alone > 0.01, "{name}: {alone}");
+        assert!(split < 0.003, "{name}: {split}");
+        assert!(util >= 0.95, "{name}: {util}");
+        assert!(least_job >= 0.9 / jobs, "{name}: {least_job}");
+        // Two jobs of three split as one job of six paces.
+        if name == "two-jobs" {
+            let mut one = sc;
+            one.clients.groups = 1;
+            let (as_one, one_util, _) = totals(one, true);
+            assert!((split - as_one).abs() < 0.001, "{split} vs {as_one}");
+            assert!((util - one_util).abs() < 0.01, "{util} vs {one_util}");
+        }
+    }
+}

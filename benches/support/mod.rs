@@ -59,11 +59,15 @@ pub fn default_variant() -> &'static Variant {
     VARIANTS.last().expect("variants")
 }
 
-/// Writes the variant's `[throttle]` section (plus `extra` keys of it) into
-/// the setup's config; logs at warn.
+/// Writes the variant's `[throttle]` section (plus `extra` keys of it, and
+/// those of `BENCH_THROTTLE`, e.g. `split_with_jobs = false`, lines
+/// separated by `;`) into the setup's config; logs at warn.
 pub fn configure(s: &Setup, v: &Variant, extra: &str) {
+    let more = std::env::var("BENCH_THROTTLE")
+        .unwrap_or_default()
+        .replace(';', "\n");
     s.append_config(&format!(
-        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\n{extra}",
+        "[throttle]\nstrategy = {}\nsdk_retry_mode = \"{}\"\n{extra}\n{more}\n",
         v.strategy, v.sdk
     ));
     let text = std::fs::read_to_string(&s.config)

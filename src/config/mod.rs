@@ -274,6 +274,11 @@ pub struct ThrottleSettings {
     /// tables taught them (see `crate::lessons`); created when missing.
     /// Empty: each worker learns alone.
     pub lessons_topic: String,
+    /// Other jobs (consumer groups) writing a table are heard on the
+    /// lessons topic and the table is split between the busy ones (see
+    /// `throttle::jobs`); false: another job is learned from throttles, as
+    /// any other writer.
+    pub split_with_jobs: bool,
 }
 
 impl ThrottleSettings {
@@ -309,6 +314,7 @@ impl Default for ThrottleSettings {
             budget_wcu: None,
             hot_keys: true,
             lessons_topic: DEFAULT_LESSONS_TOPIC.to_string(),
+            split_with_jobs: true,
         }
     }
 }

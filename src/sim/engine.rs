@@ -120,10 +120,17 @@ struct Client {
     /// Clear probe: this client stopped.
     stopped: bool,
     window: AcceptedWindow,
-    /// Its share of the capacity, when told (1 / its job's clients).
+    /// Its share of the capacity, when told (1 / its job's clients, times
+    /// its job's part among the jobs it knows of).
     share: Option<f64>,
-    /// Its part of its job's time slots, with a share.
+    /// Its part of the time slots, with a share (its job's tiling, placed
+    /// in its job's segment).
     slot_parts: Option<Vec<(f64, f64)>>,
+    /// Its share of its job's work, and its part of its job's time slots.
+    job_share: Option<f64>,
+    job_slots: Option<Vec<(f64, f64)>>,
+    /// The jobs it knows write the table, its own included.
+    jobs: usize,
     /// The warm throughput it was told last (on-demand, no maximum).
     warm: Option<f64>,
     /// Its hot keys, paced apart (with `clients.keys` and `hot_keys`).
@@ -323,6 +330,30 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
     // Peers' lessons: (due, client, lesson), with `clients.lessons_ms`.
     let lessons_after = (sc.clients.lessons_ms >= 0.0)
         .then(|| Duration::from_secs_f64(sc.clients.lessons_ms / 1e3));
+    // Jobs split the table once they hear each other (each job's first
+    // client's start, plus the lessons' delay).
+    let jobs = (sc.clients.split_jobs && sc.clients.know_share && sc.clients.groups > 1)
+        .then_some(lessons_after)
+        .flatten()
+        .map(|after| {
+            let first: Vec<Duration> = (0..sc.clients.groups)
+                .map(|g| {
+                    clients
+                        .iter()
+                        .filter(|c| sc.group_of(c.index) == g)
+                        .map(|c| c.start)
+                        .min()
+                        .unwrap_or_default()
+                })
+                .collect();
+            (first, after)
+        });
+    if let Some((first, after)) = &jobs {
+        for cl in clients.iter_mut() {
+            let at = cl.start;
+            run.split_jobs(cl, first, *after, at);
+        }
+    }
     let mut lessons: Vec<(Duration, usize, PeerLesson)> = Vec::new();
     while let Some(Reverse((t, _, id, step))) = run.queue.pop() {
         if t > end {
@@ -338,6 +369,9 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         }
         if !lessons.is_empty() {
             run.hear_lessons(cl, &mut lessons, id.0, t);
+        }
+        if let Some((first, after)) = &jobs {
+            run.split_jobs(cl, first, *after, t);
         }
         let was_answer = matches!(step, Step::Answer);
         let next = match step {
@@ -505,7 +539,10 @@ impl<'a> Run<'a> {
             stopped: false,
             window: AcceptedWindow::new(REMAINING_WINDOW),
             share,
+            job_share: share,
+            job_slots: slot_parts.clone(),
             slot_parts,
+            jobs: 1,
             warm,
             hot: (c.keys.is_some() && hot_keys).then(|| {
                 let mut h = HotKeys::default();
@@ -631,6 +668,36 @@ impl<'a> Run<'a> {
         };
         l.answer = Some(self.server.request(&l.pending[..l.sending], &parts, t));
         Next::At(l.sent_at + l.latency, Step::Answer)
+    }
+
+    /// Client `cl`'s part of the table among the jobs it knows of by `t`
+    /// (those whose `first` client started before it, or `after` ago), as
+    /// `throttle::jobs` splits it: even parts, segments in job order.
+    fn split_jobs(&self, cl: &mut Client, first: &[Duration], after: Duration, t: Duration) {
+        let mine = self.sc.group_of(cl.index);
+        let known: Vec<usize> = (0..first.len())
+            .filter(|g| *g == mine || first[*g] <= cl.start || first[*g] + after <= t)
+            .collect();
+        if known.len() == cl.jobs {
+            return;
+        }
+        cl.jobs = known.len();
+        let n = known.len() as f64;
+        let rank = known.iter().position(|g| *g == mine).unwrap_or(0) as f64;
+        cl.share = cl.job_share.map(|s| s / n);
+        cl.slot_parts = cl.job_slots.as_ref().map(|p| {
+            p.iter()
+                .map(|(a, b)| ((rank + a) / n, (rank + b) / n))
+                .collect()
+        });
+        if let Some(h) = cl.hot.as_mut() {
+            h.share(cl.share);
+        }
+        if self.sc.clients.know_capacity {
+            let (capacity, _) = self.server.described();
+            cl.strategy.hint(capacity, cl.share);
+        }
+        cl.steer();
     }
 
     /// Client `i` (`cl`) hears its peers' lessons due by `t`.

@@ -260,6 +260,13 @@ pub struct Clients {
     /// `crate::lessons`), milliseconds. Negative: no lessons are shared.
     #[serde(default = "lessons_ms")]
     pub lessons_ms: f64,
+    /// Jobs hear each other's beats `lessons_ms` after a job's first client
+    /// starts (a client hears at once the jobs started before it), and the
+    /// busy jobs split the table, as the worker's `throttle.split_with_jobs`
+    /// (default on; only with `know_share` and lessons shared). Every job
+    /// of a scenario is busy throughout.
+    #[serde(default = "yes")]
+    pub split_jobs: bool,
 }
 
 /// The time-to-clear probe (seed 004): a separate run where the server holds

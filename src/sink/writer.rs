@@ -142,6 +142,15 @@ impl Writer {
         mut started: bool,
     ) -> Result<Left, WriteError> {
         let mut transient = Exponential::transient(seed);
+        // A worker's first request waits until the other jobs writing the
+        // table are known (at once after that; see `Control::jobs_known`).
+        {
+            let alive = || self.any_live(&remaining, started);
+            tokio::select! {
+                () = ctl.jobs_known() => {}
+                () = self.acks.until_dead(alive) => {}
+            }
+        }
         self.wait(ctl, ctl.before_call(), &remaining, started).await;
         loop {
             // Fence: nothing is sent for partitions this worker gave up.

@@ -21,6 +21,7 @@ use crate::telemetry::Counters;
 use crate::throttle::budget::{lower, Budget};
 use crate::throttle::hot::{self, HotKeys};
 use crate::throttle::indexes::{IndexBound, IndexInfo};
+use crate::throttle::jobs::{Beat, Split};
 use crate::throttle::pace::{Pacer, Slots};
 use crate::throttle::window::AcceptedWindow;
 use crate::throttle::{Feedback, Metrics, PeerLesson, Strategy};
@@ -111,6 +112,28 @@ pub struct Control {
     /// Where this table's lessons for the job's other workers go (unset:
     /// none are shared).
     lessons: std::sync::OnceLock<(Arc<str>, LessonsOut)>,
+    /// This job's part of the table among the ingest jobs writing it (see
+    /// [`crate::throttle::jobs`]); the whole table until others are heard.
+    jobs: Mutex<Split>,
+    /// What the next beat reports (see [`Control::beat`]).
+    meter: Mutex<BeatMeter>,
+    /// Whether the jobs writing the table are known: a worker's first
+    /// request waits for it (see [`Control::jobs_known`]).
+    jobs_known: tokio::sync::watch::Sender<bool>,
+}
+
+/// How long a worker's first request waits, from the control's creation,
+/// for the jobs writing its table to be known.
+pub const JOBS_WAIT: Duration = Duration::from_secs(3);
+
+/// What was seen since the last beat.
+#[derive(Debug, Default)]
+struct BeatMeter {
+    at: Duration,
+    /// Time requests waited at the pacer.
+    waited: Duration,
+    wcu: u64,
+    throttles: u64,
 }
 
 /// A request's turn at the table's pacer (see [`Control::turn`]).
@@ -133,7 +156,11 @@ pub struct ControlReport {
     pub index_bound: Option<String>,
     /// The job's budget on the table, WCU/s (None: no budget).
     pub budget: Option<f64>,
+    /// This worker's share of the table: of its job's work, times the
+    /// job's part.
     pub share: Option<f64>,
+    /// This job's part of the table among the ingest jobs writing it.
+    pub job_part: f64,
     /// Keys a key range refused, paced apart, and their rate (units/s).
     pub hot_keys: usize,
     pub hot_rate: Option<f64>,
@@ -171,6 +198,9 @@ impl Control {
             throttled: tokio::sync::Notify::new(),
             hot: Some(Mutex::new(HotKeys::default())),
             lessons: std::sync::OnceLock::new(),
+            jobs: Mutex::new(Split::default()),
+            meter: Mutex::new(BeatMeter::default()),
+            jobs_known: tokio::sync::watch::Sender::new(true),
         }
     }
 
@@ -310,10 +340,93 @@ impl Control {
     /// This worker's share of the table's capacity (None: unknown).
     pub fn set_share(&self, share: Option<f64>) {
         *self.share.lock() = share;
+        self.share_moved();
+    }
+
+    /// This job's part of the table among the ingest jobs writing it (see
+    /// [`crate::throttle::jobs`]): the worker's share is scaled by it, and
+    /// its time slots are kept in the job's segment of the period.
+    pub fn set_jobs(&self, split: Split) {
+        *self.jobs.lock() = split;
+        self.share_moved();
+    }
+
+    /// This job's part of the table, as last set.
+    pub fn jobs(&self) -> Split {
+        *self.jobs.lock()
+    }
+
+    fn share_moved(&self) {
+        let share = self.share_seen();
         if let Some(h) = &self.hot {
             h.lock().share(share);
         }
         self.hint();
+    }
+
+    /// The share the strategy is told: this worker's share of its job's
+    /// work, times the job's part of the table among the jobs writing it.
+    /// With a budget, the part is of the table's capacity, not of the
+    /// budget: the job takes the lower of its part and its budget.
+    fn share_seen(&self) -> Option<f64> {
+        let share = *self.share.lock();
+        let part = self.jobs.lock().part;
+        if part >= 1.0 {
+            return share;
+        }
+        let part = match (self.capacity(), self.capacity_seen()) {
+            (Some(c), Some(b)) if b > 0.0 => (part * c / b).min(1.0),
+            _ => part,
+        };
+        Some(share.unwrap_or(1.0) * part)
+    }
+
+    /// Makes a worker's first request wait (at most [`JOBS_WAIT`] from the
+    /// control's creation) until [`Control::jobs_heard`].
+    pub fn await_jobs(&self) {
+        self.jobs_known.send_replace(false);
+    }
+
+    /// The jobs writing the table are known (or will not be: the lessons
+    /// topic cannot be read).
+    pub fn jobs_heard(&self) {
+        self.jobs_known.send_replace(true);
+    }
+
+    /// Resolves once the jobs writing the table are known, or
+    /// [`JOBS_WAIT`] after the control was created.
+    pub async fn jobs_known(&self) {
+        let mut rx = self.jobs_known.subscribe();
+        let deadline = self.epoch + JOBS_WAIT;
+        let _ = tokio::time::timeout_at(deadline, rx.wait_for(|known| *known)).await;
+    }
+
+    /// What this worker tells the other jobs about the table now (see
+    /// [`Beat`]), from what it saw since the last beat: busy when records
+    /// wait for the table (`queued`), requests waited at the pacer for a
+    /// tenth of the time or more, a throttle came, or the hot range held
+    /// keys back; the rate is the units written since.
+    pub fn beat(&self, queued: bool) -> Beat {
+        let now = self.now();
+        let wcu = self.counts.wcu_written.load(Relaxed);
+        let throttles = self.counts.throttled_requests.load(Relaxed);
+        let held = self.hot_holds();
+        let mut m = self.meter.lock();
+        let span = now.saturating_sub(m.at).as_secs_f64();
+        let rate = if span > 0.0 {
+            wcu.saturating_sub(m.wcu) as f64 / span
+        } else {
+            0.0
+        };
+        let busy =
+            queued || held || throttles > m.throttles || m.waited.as_secs_f64() >= 0.1 * span;
+        *m = BeatMeter {
+            at: now,
+            waited: Duration::ZERO,
+            wcu,
+            throttles,
+        };
+        Beat { busy, rate }
     }
 
     /// This worker's parts of each period of the fleet's time slots (None:
@@ -338,7 +451,7 @@ impl Control {
     /// known.
     fn hint(&self) {
         let capacity = self.capacity_seen();
-        let share = *self.share.lock();
+        let share = self.share_seen();
         let warm = *self.warm.lock();
         {
             let mut s = self.strategy.lock();
@@ -355,16 +468,28 @@ impl Control {
     /// requests sized to what the server admits at once do not leave back
     /// to back (only rate strategies size their requests).
     fn steer(&self) {
+        let split = *self.jobs.lock();
         let (rate, (slots, burst)) = {
             let s = self.strategy.lock();
             let parts = self.slot_parts.lock();
+            // Other busy jobs: this job's slots in its segment.
+            let placed = parts
+                .as_deref()
+                .filter(|_| split.busy_jobs > 1)
+                .map(|p| split.place(p));
             (
                 s.rate().or(self.fixed_rate),
-                slots_and_burst(&**s, parts.as_deref()),
+                slots_and_burst(&**s, placed.as_deref().or(parts.as_deref())),
             )
         };
-        let cap = self.budget.worker_cap(self.capacity(), *self.share.lock());
-        if let Some(rate) = lower(rate, cap) {
+        let share = self.share_seen();
+        let cap = self.budget.worker_cap(self.capacity(), share);
+        // Split with other jobs: at once never above the part (the
+        // strategy follows a share's change at its next answer).
+        let part_cap = (split.part < 1.0)
+            .then(|| self.capacity_seen().zip(share).map(|(c, s)| c * s))
+            .flatten();
+        if let Some(rate) = lower(rate, lower(cap, part_cap)) {
             self.pacer.steer(Some(rate), burst, slots);
         }
     }
@@ -404,7 +529,9 @@ impl Control {
     /// In its turn, waits until a request's cost may be spent at the pacing
     /// rate.
     pub async fn pace(&self, _turn: &Turn<'_>, units: u32) {
+        let from = Instant::now();
         self.pacer.acquire(units).await;
+        self.meter.lock().waited += from.elapsed();
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -428,7 +555,7 @@ impl Control {
     ) -> AnswerRead {
         let now = self.now();
         let capacity = self.capacity_seen();
-        let share = *self.share.lock();
+        let share = self.share_seen();
         let remaining = self
             .accepted
             .lock()
@@ -507,7 +634,8 @@ impl Control {
             capacity,
             index_bound,
             budget: self.budget.limit(capacity),
-            share: *self.share.lock(),
+            share: self.share_seen(),
+            job_part: self.jobs.lock().part,
             hot_keys,
             hot_rate,
             time_slot_width: self.pacer.slots().map(|s| s.width()),
@@ -726,6 +854,121 @@ mod tests {
         assert_eq!(c.report().pacing_rate, Some(20.0), "before any call");
         c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
         assert_eq!(c.report().pacing_rate, Some(20.0));
+    }
+
+    fn split(part: f64, segment: (f64, f64), busy_jobs: usize) -> Split {
+        Split {
+            part,
+            segment,
+            busy_jobs,
+            jobs: busy_jobs,
+        }
+    }
+
+    #[test]
+    fn another_busy_job_halves_the_share_paced_to_and_its_leaving_gives_it_back() {
+        let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        c.set_capacity(Some(200.0));
+        c.set_share(Some(1.0 / 3.0));
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        let fair = 200.0 / 3.0 * 0.98;
+        let paced = || c.report().pacing_rate.unwrap();
+        assert!((paced() - fair).abs() < 0.01, "{}", paced());
+        // At once never above the part; at the next answer at the part's
+        // fair rate.
+        c.set_jobs(split(0.5, (0.5, 1.0), 2));
+        assert!((paced() - 200.0 / 6.0).abs() < 0.01, "{}", paced());
+        let r = c.report();
+        assert!((r.share.unwrap() - 1.0 / 6.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.job_part, 0.5);
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        assert!((paced() - fair / 2.0).abs() < 0.01, "{}", paced());
+        c.set_jobs(Split::default());
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        assert!((paced() - fair).abs() < 0.01, "{}", paced());
+    }
+
+    #[test]
+    fn with_a_budget_the_job_takes_the_lower_of_its_part_and_its_budget() {
+        let c =
+            Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(Budget {
+                fraction: Some(0.65),
+                wcu: None,
+            });
+        c.set_capacity(Some(200.0));
+        c.set_share(Some(1.0));
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        let paced = || c.report().pacing_rate.unwrap();
+        assert!((paced() - 0.98 * 130.0).abs() < 0.01, "{}", paced());
+        // Half the table is less than the budget: half the table.
+        c.set_jobs(split(0.5, (0.0, 0.5), 2));
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        assert!((paced() - 0.98 * 100.0).abs() < 0.01, "{}", paced());
+        // Four fifths is more: the budget still.
+        c.set_jobs(split(0.8, (0.0, 0.5), 2));
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        assert!((paced() - 0.98 * 130.0).abs() < 0.01, "{}", paced());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_beat_is_busy_while_records_wait_or_throttles_come_and_says_what_was_written() {
+        let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            c.beat(false),
+            Beat {
+                busy: false,
+                rate: 0.0
+            }
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(c.beat(true).busy, "records wait");
+        c.counts.wcu_written.fetch_add(150, Relaxed);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(
+            c.beat(false),
+            Beat {
+                busy: false,
+                rate: 300.0
+            }
+        );
+        c.counts.throttled_requests.fetch_add(1, Relaxed);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(c.beat(false).busy, "throttled since");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!c.beat(false).busy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_request_waits_for_the_jobs_at_most_a_few_seconds() {
+        let c = Arc::new(Control::new(
+            StrategyConfig::default().build(1),
+            None,
+            burst(),
+        ));
+        // Not waiting for them: at once.
+        tokio::time::timeout(Duration::from_millis(1), c.jobs_known())
+            .await
+            .expect("no wait");
+        c.await_jobs();
+        let t = tokio::time::Instant::now();
+        c.jobs_known().await;
+        assert_eq!(t.elapsed(), JOBS_WAIT, "never heard: the deadline");
+        let c = Arc::new(Control::new(
+            StrategyConfig::default().build(1),
+            None,
+            burst(),
+        ));
+        c.await_jobs();
+        let waiting = tokio::spawn({
+            let c = c.clone();
+            async move { c.jobs_known().await }
+        });
+        tokio::time::advance(Duration::from_millis(300)).await;
+        c.jobs_heard();
+        let t = tokio::time::Instant::now();
+        waiting.await.unwrap();
+        assert_eq!(t.elapsed(), Duration::ZERO, "heard: at once");
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod control;
 pub mod heroku;
 pub mod hot;
 pub mod indexes;
+pub mod jobs;
 pub mod pace;
 pub mod request;
 pub mod simple;

@@ -125,9 +125,14 @@ pub async fn run(
             tokens.clone(),
             tables
                 .iter()
-                .map(|t| (t.name.clone(), t.control.clone()))
+                .map(|t| crate::lessons::Shared {
+                    name: t.name.clone(),
+                    control: t.control.clone(),
+                    queue: congestion.table(&t.name),
+                })
                 .collect(),
             crate::lessons::worker_id(seed),
+            settings.throttle.split_with_jobs,
         )
     });
     let acks = Arc::new(Acks::new());
