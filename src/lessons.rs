@@ -129,6 +129,10 @@ pub struct BeatWire {
     /// Units/s written to the table since the last beat.
     pub rate: f64,
     pub from: String,
+    /// The table's region, where the worker's config or environment names
+    /// it (tables of one name in two regions are two tables).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub region: String,
 }
 
 impl BeatWire {
@@ -224,6 +228,7 @@ impl Lessons {
         tables: Vec<Shared>,
         me: String,
         split: bool,
+        region: String,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -248,6 +253,7 @@ impl Lessons {
                     me: &me,
                     stop: &s,
                     split,
+                    region: &region,
                 };
                 match channel.run(tokens, tables, rx) {
                     Ok(()) | Err(LessonsError::Stopped) => {}
@@ -318,14 +324,66 @@ impl Drop for Release {
 /// workers).
 const TAIL: i64 = 2_000;
 
-/// Each table's jobs, as heard.
-struct Tables {
-    shared: Vec<Shared>,
-    by_name: HashMap<String, usize>,
-    jobs: Vec<Jobs>,
-    /// Whether each table's last beat said busy.
-    was_busy: Vec<bool>,
+/// One table's beats: what this worker says of it, and what it heard.
+struct TableBeats {
+    shared: Shared,
+    jobs: Jobs,
+    /// Whether its last beat said busy, and when it was sent.
+    was_busy: bool,
     last_beat: Option<Instant>,
+    /// Polls since then, and those that found records waiting for it.
+    polls: u32,
+    waiting: u32,
+    /// Polls in a row that found records waiting.
+    streak: u32,
+}
+
+/// Polls in a row with records waiting that turn a worker busy at once
+/// (without waiting for its next beat): 100 ms of them, not one record
+/// passing through.
+const TURNED: u32 = 2;
+
+impl TableBeats {
+    /// Samples the table's queue (once per poll of the reader).
+    fn sample(&mut self) {
+        let queued = self.shared.queue.as_ref().is_some_and(|q| q.queued() > 0);
+        self.polls += 1;
+        self.waiting += u32::from(queued);
+        self.streak = if queued { self.streak + 1 } else { 0 };
+    }
+
+    /// Whether a beat is due: a [`jobs::BEAT`] passed, or records started
+    /// to wait while the last beat said idle.
+    fn due(&self) -> bool {
+        self.last_beat.is_none_or(|t| t.elapsed() >= jobs::BEAT)
+            || (!self.was_busy && self.streak >= TURNED)
+    }
+
+    /// The beat to send now (`leaving`: not busy, nothing written): busy
+    /// when records waited for the table in half the polls since the last
+    /// beat, or now for [`TURNED`] polls (see [`Control::beat`]).
+    fn take(&mut self, leaving: bool) -> Beat {
+        let waited = self.streak >= TURNED || (self.polls > 0 && 2 * self.waiting >= self.polls);
+        let beat = if leaving {
+            Beat {
+                busy: false,
+                rate: 0.0,
+            }
+        } else {
+            self.shared.control.beat(waited)
+        };
+        self.was_busy = beat.busy;
+        self.last_beat = Some(Instant::now());
+        self.polls = 0;
+        self.waiting = 0;
+        beat
+    }
+}
+
+/// Each table's beats.
+struct Tables {
+    tables: Vec<TableBeats>,
+    by_name: HashMap<String, usize>,
     epoch: Instant,
 }
 
@@ -336,13 +394,20 @@ impl Tables {
             .enumerate()
             .map(|(i, t)| (t.name.to_string(), i))
             .collect();
-        let n = shared.len();
         Tables {
-            shared,
+            tables: shared
+                .into_iter()
+                .map(|shared| TableBeats {
+                    shared,
+                    jobs: Jobs::default(),
+                    was_busy: false,
+                    last_beat: None,
+                    polls: 0,
+                    waiting: 0,
+                    streak: 0,
+                })
+                .collect(),
             by_name,
-            jobs: vec![Jobs::default(); n],
-            was_busy: vec![false; n],
-            last_beat: None,
             // Early enough that beats read from the history keep their age.
             epoch: Instant::now()
                 .checked_sub(2 * jobs::STALE)
@@ -357,12 +422,13 @@ impl Tables {
     /// Applies each table's split among the jobs heard, where it moved.
     fn split(&mut self, group: &str) {
         let now = self.now();
-        for (t, jobs) in self.shared.iter().zip(self.jobs.iter_mut()) {
-            jobs.expire(now);
-            let next = jobs.split(group, now, t.control.capacity());
-            if t.control.jobs().moved(&next) {
-                t.control.set_jobs(next);
-                info!(event = "jobs_split", table = %t.name, part = next.part,
+        for t in &mut self.tables {
+            t.jobs.expire(now);
+            let control = &t.shared.control;
+            let next = t.jobs.split(group, now, control.capacity());
+            if control.jobs().moved(&next) {
+                control.set_jobs(next);
+                info!(event = "jobs_split", table = %t.shared.name, part = next.part,
                     busy_jobs = next.busy_jobs, jobs = next.jobs,
                     "the table's part for this job among the jobs writing it");
             }
@@ -376,6 +442,8 @@ struct Channel<'a> {
     me: &'a str,
     stop: &'a AtomicBool,
     split: bool,
+    /// The tables' region ("" unknown).
+    region: &'a str,
 }
 
 impl Channel<'_> {
@@ -446,15 +514,22 @@ impl Channel<'_> {
         let mut ends: Vec<i64> = Vec::with_capacity(parts);
         let mut tpl = TopicPartitionList::new();
         for p in 0..parts as i32 {
-            let from = if self.split {
-                let (low, high) = consumer
-                    .fetch_watermarks(self.topic, p, self.kafka.metadata_timeout)
-                    .map_err(|e| self.read_err(e))?;
-                ends.push(high);
-                Offset::Offset(low.max(high - TAIL))
-            } else {
-                ends.push(-1);
-                Offset::End
+            let marks = self
+                .split
+                .then(|| consumer.fetch_watermarks(self.topic, p, self.kafka.metadata_timeout));
+            let from = match marks {
+                Some(Ok((low, high))) => {
+                    ends.push(high);
+                    Offset::Offset(low.max(high - TAIL))
+                }
+                other => {
+                    if let Some(Err(e)) = other {
+                        // Without the history, the beats of the next second.
+                        debug!(error = %e, "the lessons topic's end not read: read from it");
+                    }
+                    ends.push(-1);
+                    Offset::End
+                }
             };
             tpl.add_partition_offset(self.topic, p, from)
                 .map_err(|e| self.read_err(e))?;
@@ -495,8 +570,8 @@ impl Channel<'_> {
                 // requests may leave, at the job's part.
                 if !released && (behind.iter().all(|b| !b) || assigned.elapsed() >= jobs::BEAT) {
                     released = true;
-                    for t in &tables.shared {
-                        t.control.jobs_heard();
+                    for t in &tables.tables {
+                        t.shared.control.jobs_heard();
                     }
                     debug!(jobs_heard = ?assigned.elapsed(), "the jobs writing the tables are known");
                 }
@@ -536,45 +611,29 @@ impl Channel<'_> {
         Ok(())
     }
 
-    /// Beats for each table when a [`jobs::BEAT`] has passed, or at once
-    /// for a table whose records started to wait (its job turned busy), or
-    /// as the worker leaves (`leaving`: not busy, nothing written).
+    /// Beats for each table that is due (see [`TableBeats::due`]), or for
+    /// every table as the worker leaves (`leaving`).
     fn beat(&self, producer: &FutureProducer<AuthContext>, tables: &mut Tables, leaving: bool) {
-        let due = tables.last_beat.is_none_or(|t| t.elapsed() >= jobs::BEAT);
-        let turned: Vec<bool> = tables
-            .shared
-            .iter()
-            .zip(&tables.was_busy)
-            .map(|(t, was)| !was && t.queue.as_ref().is_some_and(|q| q.queued() > 0))
-            .collect();
-        if !(due || leaving || turned.iter().any(|t| *t)) {
-            return;
-        }
-        tables.last_beat = Some(Instant::now());
-        for (i, t) in tables.shared.iter().enumerate() {
-            let queued = t.queue.as_ref().is_some_and(|q| q.queued() > 0);
-            let beat = if leaving {
-                Beat {
-                    busy: false,
-                    rate: 0.0,
-                }
-            } else {
-                t.control.beat(queued)
-            };
-            tables.was_busy[i] = beat.busy;
+        for t in &mut tables.tables {
+            t.sample();
+            if !(leaving || t.due()) {
+                continue;
+            }
+            let beat = t.take(leaving);
             let wire = BeatWire {
                 group: self.kafka.group_id.clone(),
-                table: t.name.to_string(),
+                table: t.shared.name.to_string(),
                 busy: beat.busy,
                 rate: beat.rate,
                 from: self.me.to_string(),
+                region: self.region.to_string(),
             };
             let payload = wire.encode();
             let record = FutureRecord::<str, [u8]>::to(self.topic)
                 .key(&self.kafka.group_id)
                 .payload(&payload);
             if let Err((e, _)) = producer.send_result(record) {
-                debug!(table = %t.name, error = %e, "beat not sent");
+                debug!(table = %t.shared.name, error = %e, "beat not sent");
             }
         }
     }
@@ -711,8 +770,12 @@ impl Channel<'_> {
         let w = match Heard::decode(m.payload().unwrap_or_default()) {
             Ok(Heard::Lesson(w)) => w,
             Ok(Heard::Beat(b)) => {
-                if self.split && b.group != self.kafka.group_id {
-                    self.hear_beat(m, tables, &b);
+                // Another job's, on a table of the same name in the same
+                // region (a beat without one names no region).
+                let region =
+                    b.region.is_empty() || self.region.is_empty() || b.region == self.region;
+                if self.split && b.group != self.kafka.group_id && region {
+                    self.hear_beat(m, tables, &b, history);
                 }
                 return;
             }
@@ -729,35 +792,44 @@ impl Channel<'_> {
             return;
         }
         if let Some(i) = tables.by_name.get(&w.table) {
-            let taken = tables.shared[*i].control.peer_lesson(w.peer_lesson());
+            let taken = tables.tables[*i]
+                .shared
+                .control
+                .peer_lesson(w.peer_lesson());
             info!(event = "lesson_heard", table = %w.table, lesson = w.lesson.as_str(),
                 level = w.level, from = %w.from, taken, "a peer's lesson");
         }
     }
 
-    /// Another job's beat: heard as sent at its record's timestamp (the
-    /// broker's), so that a beat read from the history is as old as it is.
+    /// Another job's beat: heard now, or, read from the `history` (sent
+    /// before the reader started), as sent at its record's timestamp (the
+    /// broker's), so that it is as old as it is. (A live beat is timed as
+    /// it arrives: a clock off the broker's cannot make it stale.)
     fn hear_beat(
         &self,
         m: &rdkafka::message::BorrowedMessage<'_>,
         tables: &mut Tables,
         b: &BeatWire,
+        history: bool,
     ) {
         let Some(i) = tables.by_name.get(&b.table).copied() else {
             return;
         };
-        let age = m
-            .timestamp()
-            .to_millis()
-            .and_then(|t| u64::try_from(t).ok())
-            .map_or(Duration::ZERO, |t| {
-                Duration::from_millis(now_ms().saturating_sub(t))
-            });
+        let age = if history {
+            m.timestamp()
+                .to_millis()
+                .and_then(|t| u64::try_from(t).ok())
+                .map_or(jobs::STALE * 2, |t| {
+                    Duration::from_millis(now_ms().saturating_sub(t))
+                })
+        } else {
+            Duration::ZERO
+        };
         if age > jobs::STALE {
             return;
         }
         let at = tables.now().saturating_sub(age);
-        tables.jobs[i].hear(&b.group, &b.from, at, b.beat());
+        tables.tables[i].jobs.hear(&b.group, &b.from, at, b.beat());
         tables.split(&self.kafka.group_id);
     }
 }
@@ -806,6 +878,7 @@ mod tests {
             busy: true,
             rate: 96.5,
             from: "h/1/00".into(),
+            region: String::new(),
         };
         let bytes = b.encode();
         assert_eq!(

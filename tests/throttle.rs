@@ -747,3 +747,88 @@ async fn a_workers_lessons_reach_the_topic_and_it_takes_only_its_peers() {
     let (code, _) = w.wait(Duration::from_secs(60));
     assert_eq!(code, Some(0));
 }
+
+/// Two jobs (consumer groups) writing one table hear each other's beats on
+/// the lessons topic and split the table: each logs its part, a half, once
+/// both have records waiting, and the job left takes the whole table back
+/// when the other is done. Everything of both is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_jobs_on_one_table_split_it_and_the_one_left_takes_it_back() {
+    let a = Setup::build(2, "", Some(100)).await;
+    let mut b = Setup::build(2, "", None).await;
+    // Job b writes to job a's table.
+    let text = std::fs::read_to_string(&b.config)
+        .unwrap()
+        .replace(&b.table, &a.table);
+    std::fs::write(&b.config, text).unwrap();
+    b.delete_table().await;
+    b.table = a.table.clone();
+    let topic = unique("lessons");
+    let proxy = ThrottleProxy::start(&[]);
+    for s in [&a, &b] {
+        s.append_config(&format!("[throttle]\nlessons_topic = \"{topic}\"\n"));
+        s.use_endpoint(&proxy.endpoint());
+    }
+    let (ra, _) = mixed_sizes_keyed(3_000, "a");
+    let (rb, _) = mixed_sizes_keyed(800, "b");
+    produce(&a.topic, ra).await;
+    produce(&b.topic, rb).await;
+    let client = dynamo().await;
+    let wa = a.spawn(true);
+    eventually(Duration::from_secs(60), "job a writes", || {
+        let c = &client;
+        let t = a.table.clone();
+        async move { count(c, &t).await > 100 }
+    })
+    .await;
+    let wb = b.spawn(true);
+    let split_in = |w: &Worker, busy_jobs: u64| {
+        w.events("jobs_split")
+            .iter()
+            .any(|e| e["busy_jobs"] == busy_jobs && e["table"] == a.table.as_str())
+    };
+    eventually(Duration::from_secs(60), "both jobs split the table", || {
+        let both = split_in(&wa, 2) && split_in(&wb, 2);
+        async move { both }
+    })
+    .await;
+    for w in [&wa, &wb] {
+        let e = w.events("jobs_split");
+        let halves = e.iter().find(|e| e["busy_jobs"] == 2).unwrap();
+        assert!(
+            (halves["part"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            "{e:?}"
+        );
+    }
+    let (code, _) = wb.wait(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "job b");
+    eventually(
+        Duration::from_secs(30),
+        "job a takes the table back",
+        || {
+            let back = wa
+                .events("jobs_split")
+                .last()
+                .is_some_and(|e| e["busy_jobs"] == 1 && e["part"] == 1.0);
+            async move { back }
+        },
+    )
+    .await;
+    let (code, _) = wa.wait(Duration::from_secs(180));
+    assert_eq!(code, Some(0), "job a");
+    assert_eq!(count(&client, &a.table).await, 3_800);
+    // Both jobs beat on the topic, each naming its group and the table.
+    let beats: Vec<Value> = read_values(&topic, Duration::from_secs(30))
+        .iter()
+        .filter_map(|v| serde_json::from_str::<Value>(v).ok())
+        .filter(|v| v.get("busy").is_some())
+        .collect();
+    for s in [&a, &b] {
+        assert!(
+            beats
+                .iter()
+                .any(|v| v["group"] == s.group.as_str() && v["table"] == a.table.as_str()),
+            "{beats:?}"
+        );
+    }
+}

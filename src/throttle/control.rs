@@ -130,8 +130,6 @@ pub const JOBS_WAIT: Duration = Duration::from_secs(3);
 #[derive(Debug, Default)]
 struct BeatMeter {
     at: Duration,
-    /// Time requests waited at the pacer.
-    waited: Duration,
     wcu: u64,
     throttles: u64,
 }
@@ -376,6 +374,9 @@ impl Control {
         }
         let part = match (self.capacity(), self.capacity_seen()) {
             (Some(c), Some(b)) if b > 0.0 => (part * c / b).min(1.0),
+            // No capacity known, but a budget: the job's part of the table
+            // cannot be weighed against it; the budget is the job's.
+            (None, Some(_)) => 1.0,
             _ => part,
         };
         Some(share.unwrap_or(1.0) * part)
@@ -403,14 +404,14 @@ impl Control {
 
     /// What this worker tells the other jobs about the table now (see
     /// [`Beat`]), from what it saw since the last beat: busy when records
-    /// wait for the table (`queued`), requests waited at the pacer for a
-    /// tenth of the time or more, a throttle came, or the hot range held
-    /// keys back; the rate is the units written since.
-    pub fn beat(&self, queued: bool) -> Beat {
+    /// waited for the table (`waited`: the caller samples its queue) or a
+    /// throttle came; the rate is the units written since. (Requests
+    /// waiting at the pacer are no sign: within time slots they wait for
+    /// their part of the period, however little there is to write.)
+    pub fn beat(&self, waited: bool) -> Beat {
         let now = self.now();
         let wcu = self.counts.wcu_written.load(Relaxed);
         let throttles = self.counts.throttled_requests.load(Relaxed);
-        let held = self.hot_holds();
         let mut m = self.meter.lock();
         let span = now.saturating_sub(m.at).as_secs_f64();
         let rate = if span > 0.0 {
@@ -418,11 +419,9 @@ impl Control {
         } else {
             0.0
         };
-        let busy =
-            queued || held || throttles > m.throttles || m.waited.as_secs_f64() >= 0.1 * span;
+        let busy = waited || throttles > m.throttles;
         *m = BeatMeter {
             at: now,
-            waited: Duration::ZERO,
             wcu,
             throttles,
         };
@@ -485,8 +484,10 @@ impl Control {
         let share = self.share_seen();
         let cap = self.budget.worker_cap(self.capacity(), share);
         // Split with other jobs: at once never above the part (the
-        // strategy follows a share's change at its next answer).
-        let part_cap = (split.part < 1.0)
+        // strategy follows a share's change at its next answer). Only for
+        // strategies that pace by a rate: the pacer of one that does not
+        // would never be steered back up.
+        let part_cap = (split.part < 1.0 && rate.is_some())
             .then(|| self.capacity_seen().zip(share).map(|(c, s)| c * s))
             .flatten();
         if let Some(rate) = lower(rate, lower(cap, part_cap)) {
@@ -529,9 +530,7 @@ impl Control {
     /// In its turn, waits until a request's cost may be spent at the pacing
     /// rate.
     pub async fn pace(&self, _turn: &Turn<'_>, units: u32) {
-        let from = Instant::now();
         self.pacer.acquire(units).await;
-        self.meter.lock().waited += from.elapsed();
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -910,6 +909,31 @@ mod tests {
         assert!((paced() - 0.98 * 130.0).abs() < 0.01, "{}", paced());
     }
 
+    #[test]
+    fn a_split_never_paces_a_strategy_that_sets_no_rate_nor_splits_a_budget_of_an_unknown_capacity()
+    {
+        // Exponential backoff sets no rate: a split leaves its pacer alone
+        // (a cap set then would never be lifted).
+        let cfg: StrategyConfig = toml::from_str::<toml::Value>(r#"name = "exponential""#)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let c = Control::new(cfg.build(1), None, burst());
+        c.set_capacity(Some(200.0));
+        c.set_share(Some(0.5));
+        c.set_jobs(split(0.5, (0.0, 0.5), 2));
+        assert_eq!(c.report().pacing_rate, None);
+        // On-demand without a maximum, a budget of 100: the job's own.
+        let c =
+            Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(Budget {
+                fraction: None,
+                wcu: Some(100.0),
+            });
+        c.set_share(Some(1.0));
+        c.set_jobs(split(0.5, (0.0, 0.5), 2));
+        assert_eq!(c.report().share, Some(1.0));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_beat_is_busy_while_records_wait_or_throttles_come_and_says_what_was_written() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
@@ -922,7 +946,7 @@ mod tests {
             }
         );
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(c.beat(true).busy, "records wait");
+        assert!(c.beat(true).busy, "records waited");
         c.counts.wcu_written.fetch_add(150, Relaxed);
         tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(

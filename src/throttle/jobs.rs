@@ -146,9 +146,12 @@ impl Jobs {
         }
         busy.sort_unstable();
         let n = busy.len() as f64;
+        // Idle jobs writing less than the hysteresis are writing nothing:
+        // the part stays whole (not a few percent under it for as long as
+        // they trickle).
         let free = match capacity.filter(|c| *c > 0.0) {
-            Some(c) => ((c - idle_rate) / c).clamp(FLOOR, 1.0),
-            None => 1.0,
+            Some(c) if idle_rate > HYSTERESIS * c => ((c - idle_rate) / c).clamp(FLOOR, 1.0),
+            _ => 1.0,
         };
         let rank = busy.iter().position(|j| *j == mine).unwrap_or(0) as f64;
         Split {
@@ -210,6 +213,10 @@ mod tests {
         assert_eq!(j.split("a", S(2), Some(200.0)).part, 0.25);
         // Nothing known of the capacity: its rate cannot be weighed.
         assert_eq!(j.split("a", S(2), None).part, 1.0);
+        // A trickle (under 5% of the table) is nothing.
+        let mut j = Jobs::default();
+        j.hear("b", "b1", S(1), idle(9.0));
+        assert_eq!(j.split("a", S(2), Some(200.0)).part, 1.0);
     }
 
     #[test]

@@ -133,6 +133,12 @@ pub async fn run(
                 .collect(),
             crate::lessons::worker_id(seed),
             settings.throttle.split_with_jobs,
+            settings
+                .dynamodb
+                .region
+                .clone()
+                .or_else(|| std::env::var("AWS_REGION").ok())
+                .unwrap_or_default(),
         )
     });
     let acks = Arc::new(Acks::new());
