@@ -754,6 +754,18 @@ async fn a_workers_lessons_reach_the_topic_and_it_takes_only_its_peers() {
 /// when the other is done. Everything of both is written.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_jobs_on_one_table_split_it_and_the_one_left_takes_it_back() {
+    two_jobs_split(false).await;
+}
+
+/// The same with the other job killed (SIGKILL) while both write: its
+/// beats stop, and the job left takes the table back once they are stale
+/// (3 s), not when the other job's group expires it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_jobs_part_returns_to_the_job_left() {
+    two_jobs_split(true).await;
+}
+
+async fn two_jobs_split(kill: bool) {
     let a = Setup::build(2, "", Some(100)).await;
     let mut b = Setup::build(2, "", None).await;
     // Job b writes to job a's table.
@@ -800,23 +812,33 @@ async fn two_jobs_on_one_table_split_it_and_the_one_left_takes_it_back() {
             "{e:?}"
         );
     }
-    let (code, _) = wb.wait(Duration::from_secs(120));
-    assert_eq!(code, Some(0), "job b");
-    eventually(
-        Duration::from_secs(30),
-        "job a takes the table back",
-        || {
-            let back = wa
-                .events("jobs_split")
-                .last()
-                .is_some_and(|e| e["busy_jobs"] == 1 && e["part"] == 1.0);
-            async move { back }
-        },
-    )
+    let back_within = if kill {
+        wb.signal("KILL");
+        let (code, _) = wb.wait(Duration::from_secs(10));
+        assert_eq!(code, None, "killed");
+        // Stale after 3 s, and a beat or a poll later applied.
+        Duration::from_secs(10)
+    } else {
+        let (code, _) = wb.wait(Duration::from_secs(120));
+        assert_eq!(code, Some(0), "job b");
+        Duration::from_secs(30)
+    };
+    eventually(back_within, "job a takes the table back", || {
+        let back = wa
+            .events("jobs_split")
+            .last()
+            .is_some_and(|e| e["busy_jobs"] == 1 && e["part"] == 1.0);
+        async move { back }
+    })
     .await;
     let (code, _) = wa.wait(Duration::from_secs(180));
     assert_eq!(code, Some(0), "job a");
-    assert_eq!(count(&client, &a.table).await, 3_800);
+    let written = count(&client, &a.table).await;
+    if kill {
+        assert!(written >= 3_000, "{written}");
+    } else {
+        assert_eq!(written, 3_800);
+    }
     // Both jobs beat on the topic, each naming its group and the table.
     let beats: Vec<Value> = read_values(&topic, Duration::from_secs(30))
         .iter()
