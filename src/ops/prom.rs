@@ -60,7 +60,8 @@ pub const METRICS: &[(&str, Kind, &str, &str)] = &[
     ("ingest_backoff_delay_seconds", Kind::Gauge, "table", "The strategy's current delay."),
     ("ingest_pacing_rate_wcu", Kind::Gauge, "table", "The pacing rate, WCU per second (absent when unpaced)."),
     ("ingest_capacity_wcu", Kind::Gauge, "table", "The write capacity the table's writes are paced to: its provisioned capacity (or on-demand maximum), or a global secondary index's bound where lower (absent when unknown)."),
-    ("ingest_capacity_share", Kind::Gauge, "table", "This worker's share of the table: its share of the backlog of the partitions feeding it (of the partitions, when there is no backlog)."),
+    ("ingest_capacity_share", Kind::Gauge, "table", "This worker's share of the table: its share of the backlog of the partitions feeding it (of the partitions, when there is no backlog), times its job's part of the table."),
+    ("ingest_job_part", Kind::Gauge, "table", "This job's part of the table among the ingest jobs (consumer groups) writing it, heard on the lessons topic (1 when it is alone)."),
     ("ingest_hot_keys", Kind::Gauge, "table", "Keys a hot key range (a partition at its own maximum) refused within the last minute, paced apart from the table's other keys."),
     ("ingest_hot_rate_wcu", Kind::Gauge, "table", "The pacing rate of those keys together, WCU per second (absent when no hot range is known)."),
     ("ingest_time_slot_width", Kind::Gauge, "table", "The part of each second in which this worker sends, when the table admits too little at once for its peers' requests to meet (time slots; 1 when it sends at any time)."),
@@ -250,6 +251,7 @@ impl Exporter {
         if let Some(share) = r.share {
             self.gauge("ingest_capacity_share", table, share);
         }
+        self.gauge("ingest_job_part", table, r.job_part);
         self.gauge("ingest_hot_keys", table, r.hot_keys as f64);
         self.gauge(
             "ingest_time_slot_width",
