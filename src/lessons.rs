@@ -492,6 +492,12 @@ impl Channel<'_> {
                 })
             }
             None => {
+                // No topic, so no job's beats to wait for: the first
+                // requests go now, not once it is created (the dev broker
+                // took 10 s to refuse it).
+                for t in &tables {
+                    t.control.jobs_heard();
+                }
                 // The admin client's calls are futures: a runtime of this
                 // thread's own runs them (the worker's may be shutting down).
                 let runtime = tokio::runtime::Builder::new_current_thread()
