@@ -331,21 +331,33 @@ struct TableBeats {
     /// Whether its last beat said busy, and when it was sent.
     was_busy: bool,
     last_beat: Option<Instant>,
-    /// Polls since then, and those that found records waiting for it.
+    /// Samples since then (one per [`POLL`] at most), and those that found
+    /// records waiting for it.
     polls: u32,
     waiting: u32,
-    /// Polls in a row that found records waiting.
+    /// Samples in a row that found records waiting, and when the last was
+    /// taken.
     streak: u32,
+    sampled: Option<Instant>,
 }
 
-/// Polls in a row with records waiting that turn a worker busy at once
-/// (without waiting for its next beat): 100 ms of them, not one record
-/// passing through.
+/// Samples in a row with records waiting that make a worker whose last
+/// beat said idle beat at once: 100 ms of them, not one record passing
+/// through.
 const TURNED: u32 = 2;
 
+/// The least time between two beats of a table (a worker whose records
+/// keep starting to wait while it reads as idle beats no faster).
+const BEAT_GAP: Duration = Duration::from_millis(250);
+
 impl TableBeats {
-    /// Samples the table's queue (once per poll of the reader).
+    /// Samples the table's queue, at most once per [`POLL`] (the reader's
+    /// polls return early when records arrive).
     fn sample(&mut self) {
+        if self.sampled.is_some_and(|t| t.elapsed() < POLL) {
+            return;
+        }
+        self.sampled = Some(Instant::now());
         let queued = self.shared.queue.as_ref().is_some_and(|q| q.queued() > 0);
         self.polls += 1;
         self.waiting += u32::from(queued);
@@ -353,10 +365,11 @@ impl TableBeats {
     }
 
     /// Whether a beat is due: a [`jobs::BEAT`] passed, or records started
-    /// to wait while the last beat said idle.
+    /// to wait while the last beat said idle (at most every [`BEAT_GAP`]).
     fn due(&self) -> bool {
-        self.last_beat.is_none_or(|t| t.elapsed() >= jobs::BEAT)
-            || (!self.was_busy && self.streak >= TURNED)
+        let since = self.last_beat.map(|t| t.elapsed());
+        since.is_none_or(|t| t >= jobs::BEAT)
+            || (!self.was_busy && self.streak >= TURNED && since.is_none_or(|t| t >= BEAT_GAP))
     }
 
     /// The beat to send now (`leaving`: not busy, nothing written): busy
@@ -405,6 +418,7 @@ impl Tables {
                     polls: 0,
                     waiting: 0,
                     streak: 0,
+                    sampled: None,
                 })
                 .collect(),
             by_name,
@@ -821,15 +835,20 @@ impl Channel<'_> {
         let Some(i) = tables.by_name.get(&b.table).copied() else {
             return;
         };
+        let stamped = m
+            .timestamp()
+            .to_millis()
+            .and_then(|t| u64::try_from(t).ok())
+            .map(|t| Duration::from_millis(now_ms().saturating_sub(t)));
         let age = if history {
-            m.timestamp()
-                .to_millis()
-                .and_then(|t| u64::try_from(t).ok())
-                .map_or(jobs::STALE * 2, |t| {
-                    Duration::from_millis(now_ms().saturating_sub(t))
-                })
+            stamped.unwrap_or(jobs::STALE * 2)
         } else {
-            Duration::ZERO
+            // Live, unless its stamp says it waited out a reader's outage
+            // (further off than any clock is from the broker's).
+            match stamped {
+                Some(a) if a > STALE => return,
+                _ => Duration::ZERO,
+            }
         };
         if age > jobs::STALE {
             return;

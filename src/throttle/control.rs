@@ -130,6 +130,10 @@ pub const JOBS_WAIT: Duration = Duration::from_secs(3);
 #[derive(Debug, Default)]
 struct BeatMeter {
     at: Duration,
+    /// Time requests waited at the pacer, and since when the one waiting
+    /// now (one at a time: it holds the turn) has waited.
+    waited: Duration,
+    pacing_from: Option<Duration>,
     wcu: u64,
     throttles: u64,
 }
@@ -368,18 +372,27 @@ impl Control {
     /// budget: the job takes the lower of its part and its budget.
     fn share_seen(&self) -> Option<f64> {
         let share = *self.share.lock();
+        match self.part_seen() {
+            part if part >= 1.0 => share,
+            part => Some(share.unwrap_or(1.0) * part),
+        }
+    }
+
+    /// The job's part as applied to the share the strategy is told: of
+    /// the capacity seen (the budget, where lower than the part of the
+    /// capacity: 1).
+    fn part_seen(&self) -> f64 {
         let part = self.jobs.lock().part;
         if part >= 1.0 {
-            return share;
+            return 1.0;
         }
-        let part = match (self.capacity(), self.capacity_seen()) {
+        match (self.capacity(), self.capacity_seen()) {
             (Some(c), Some(b)) if b > 0.0 => (part * c / b).min(1.0),
             // No capacity known, but a budget: the job's part of the table
             // cannot be weighed against it; the budget is the job's.
             (None, Some(_)) => 1.0,
             _ => part,
-        };
-        Some(share.unwrap_or(1.0) * part)
+        }
     }
 
     /// Makes a worker's first request wait (at most [`JOBS_WAIT`] from the
@@ -403,25 +416,37 @@ impl Control {
     }
 
     /// What this worker tells the other jobs about the table now (see
-    /// [`Beat`]), from what it saw since the last beat: busy when records
-    /// waited for the table (`waited`: the caller samples its queue) or a
-    /// throttle came; the rate is the units written since. (Requests
-    /// waiting at the pacer are no sign: within time slots they wait for
-    /// their part of the period, however little there is to write.)
+    /// [`Beat`]), from what it saw since the last beat: busy when a
+    /// throttle came, or records waited for the table (`waited`: the
+    /// caller samples its queue) and either nothing was written yet (a
+    /// start, or writes held) or requests waited at the pacer for a tenth
+    /// of the time: the pace, not the records coming in, bounds it. (A
+    /// caught-up job's records wait in its queue for the batch linger, not
+    /// for the pacer.) The rate is the units written since.
     pub fn beat(&self, waited: bool) -> Beat {
         let now = self.now();
         let wcu = self.counts.wcu_written.load(Relaxed);
         let throttles = self.counts.throttled_requests.load(Relaxed);
         let mut m = self.meter.lock();
+        // A wait still under way counts up to now (a beat soon after a
+        // start comes before the first wait ends).
+        if let Some(from) = m.pacing_from {
+            m.waited += now.saturating_sub(from);
+            m.pacing_from = Some(now);
+        }
         let span = now.saturating_sub(m.at).as_secs_f64();
         let rate = if span > 0.0 {
             wcu.saturating_sub(m.wcu) as f64 / span
         } else {
             0.0
         };
-        let busy = waited || throttles > m.throttles;
+        let written = wcu > m.wcu;
+        let paced = m.waited.as_secs_f64() >= 0.1 * span;
+        let busy = throttles > m.throttles || (waited && (!written || paced));
         *m = BeatMeter {
             at: now,
+            waited: Duration::ZERO,
+            pacing_from: m.pacing_from,
             wcu,
             throttles,
         };
@@ -530,7 +555,13 @@ impl Control {
     /// In its turn, waits until a request's cost may be spent at the pacing
     /// rate.
     pub async fn pace(&self, _turn: &Turn<'_>, units: u32) {
+        self.meter.lock().pacing_from = Some(self.now());
         self.pacer.acquire(units).await;
+        let now = self.now();
+        let mut m = self.meter.lock();
+        if let Some(from) = m.pacing_from.take() {
+            m.waited += now.saturating_sub(from);
+        }
     }
 
     /// The most units one request should carry (None: a whole batch).
@@ -634,7 +665,7 @@ impl Control {
             index_bound,
             budget: self.budget.limit(capacity),
             share: self.share_seen(),
-            job_part: self.jobs.lock().part,
+            job_part: self.part_seen(),
             hot_keys,
             hot_rate,
             time_slot_width: self.pacer.slots().map(|s| s.width()),
@@ -946,7 +977,7 @@ mod tests {
             }
         );
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(c.beat(true).busy, "records waited");
+        assert!(c.beat(true).busy, "records waited, nothing written yet");
         c.counts.wcu_written.fetch_add(150, Relaxed);
         tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(
@@ -956,6 +987,27 @@ mod tests {
                 rate: 300.0
             }
         );
+        // Records waited but went as they came: the pace bounds nothing.
+        c.counts.wcu_written.fetch_add(10, Relaxed);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            c.beat(true),
+            Beat {
+                busy: false,
+                rate: 10.0
+            }
+        );
+        // They waited for the pacer a tenth of the time or more.
+        c.counts.wcu_written.fetch_add(10, Relaxed);
+        c.meter.lock().waited = Duration::from_millis(200);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(c.beat(true).busy, "paced");
+        // A wait under way counts.
+        c.counts.wcu_written.fetch_add(10, Relaxed);
+        c.meter.lock().pacing_from = Some(c.now());
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert!(c.beat(true).busy, "waiting at the pacer now");
+        c.meter.lock().pacing_from = None;
         c.counts.throttled_requests.fetch_add(1, Relaxed);
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(c.beat(false).busy, "throttled since");

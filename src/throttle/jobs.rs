@@ -80,7 +80,7 @@ impl Split {
     pub fn moved(&self, next: &Split) -> bool {
         self.busy_jobs != next.busy_jobs
             || self.jobs != next.jobs
-            || (next.part - self.part).abs() > HYSTERESIS * self.part
+            || (next.part - self.part).abs() > HYSTERESIS * self.part.max(next.part) + 1e-9
     }
 
     /// A worker's time slots (`parts` of the period, its job's tiling)
@@ -146,12 +146,16 @@ impl Jobs {
         }
         busy.sort_unstable();
         let n = busy.len() as f64;
-        // Idle jobs writing less than the hysteresis are writing nothing:
-        // the part stays whole (not a few percent under it for as long as
-        // they trickle).
+        // In steps of the hysteresis (to the nearest): an idle job's rate
+        // moving about a step's edge moves the part by one step, which is
+        // no new split (see `Split::moved`), and a trickle under half a
+        // step is nothing.
         let free = match capacity.filter(|c| *c > 0.0) {
-            Some(c) if idle_rate > HYSTERESIS * c => ((c - idle_rate) / c).clamp(FLOOR, 1.0),
-            _ => 1.0,
+            Some(c) => {
+                let free = ((c - idle_rate) / c).clamp(FLOOR, 1.0);
+                ((free / HYSTERESIS).round() * HYSTERESIS).clamp(FLOOR, 1.0)
+            }
+            None => 1.0,
         };
         let rank = busy.iter().position(|j| *j == mine).unwrap_or(0) as f64;
         Split {
@@ -213,10 +217,16 @@ mod tests {
         assert_eq!(j.split("a", S(2), Some(200.0)).part, 0.25);
         // Nothing known of the capacity: its rate cannot be weighed.
         assert_eq!(j.split("a", S(2), None).part, 1.0);
-        // A trickle (under 5% of the table) is nothing.
+        // A trickle (under 2.5% of the table) is nothing; about a step's
+        // edge, the part moves by one step, which is no new split.
         let mut j = Jobs::default();
-        j.hear("b", "b1", S(1), idle(9.0));
-        assert_eq!(j.split("a", S(2), Some(200.0)).part, 1.0);
+        j.hear("b", "b1", S(1), idle(4.9));
+        let whole = j.split("a", S(2), Some(200.0));
+        assert_eq!(whole.part, 1.0);
+        j.hear("b", "b1", S(2), idle(5.1));
+        let step = j.split("a", S(3), Some(200.0));
+        assert!((step.part - 0.95).abs() < 1e-9, "{step:?}");
+        assert!(!whole.moved(&step) && !step.moved(&whole));
     }
 
     #[test]

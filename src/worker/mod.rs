@@ -138,6 +138,7 @@ pub async fn run(
                 .region
                 .clone()
                 .or_else(|| std::env::var("AWS_REGION").ok())
+                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
                 .unwrap_or_default(),
         )
     });
