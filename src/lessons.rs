@@ -351,14 +351,18 @@ const TURNED: u32 = 2;
 const BEAT_GAP: Duration = Duration::from_millis(250);
 
 impl TableBeats {
-    /// Samples the table's queue, at most once per [`POLL`] (the reader's
-    /// polls return early when records arrive).
-    fn sample(&mut self) {
-        if self.sampled.is_some_and(|t| t.elapsed() < POLL) {
+    /// Whether records wait in the table's queue now.
+    fn queued(&self) -> bool {
+        self.shared.queue.as_ref().is_some_and(|q| q.queued() > 0)
+    }
+
+    /// Counts a sample of the queue (`queued`) taken at `now`, at most one
+    /// per [`POLL`] (the reader's polls return early when records arrive).
+    fn sample(&mut self, now: Instant, queued: bool) {
+        if self.sampled.is_some_and(|t| now.duration_since(t) < POLL) {
             return;
         }
-        self.sampled = Some(Instant::now());
-        let queued = self.shared.queue.as_ref().is_some_and(|q| q.queued() > 0);
+        self.sampled = Some(now);
         self.polls += 1;
         self.waiting += u32::from(queued);
         self.streak = if queued { self.streak + 1 } else { 0 };
@@ -366,8 +370,8 @@ impl TableBeats {
 
     /// Whether a beat is due: a [`jobs::BEAT`] passed, or records started
     /// to wait while the last beat said idle (at most every [`BEAT_GAP`]).
-    fn due(&self) -> bool {
-        let since = self.last_beat.map(|t| t.elapsed());
+    fn due(&self, now: Instant) -> bool {
+        let since = self.last_beat.map(|t| now.duration_since(t));
         since.is_none_or(|t| t >= jobs::BEAT)
             || (!self.was_busy && self.streak >= TURNED && since.is_none_or(|t| t >= BEAT_GAP))
     }
@@ -375,7 +379,7 @@ impl TableBeats {
     /// The beat to send now (`leaving`: not busy, nothing written): busy
     /// when records waited for the table in half the polls since the last
     /// beat, or now for [`TURNED`] polls (see [`Control::beat`]).
-    fn take(&mut self, leaving: bool) -> Beat {
+    fn take(&mut self, now: Instant, leaving: bool) -> Beat {
         let waited = self.streak >= TURNED || (self.polls > 0 && 2 * self.waiting >= self.polls);
         let beat = if leaving {
             Beat {
@@ -386,7 +390,7 @@ impl TableBeats {
             self.shared.control.beat(waited)
         };
         self.was_busy = beat.busy;
-        self.last_beat = Some(Instant::now());
+        self.last_beat = Some(now);
         self.polls = 0;
         self.waiting = 0;
         beat
@@ -634,12 +638,14 @@ impl Channel<'_> {
     /// Beats for each table that is due (see [`TableBeats::due`]), or for
     /// every table as the worker leaves (`leaving`).
     fn beat(&self, producer: &FutureProducer<AuthContext>, tables: &mut Tables, leaving: bool) {
+        let now = Instant::now();
         for t in &mut tables.tables {
-            t.sample();
-            if !(leaving || t.due()) {
+            let queued = t.queued();
+            t.sample(now, queued);
+            if !(leaving || t.due(now)) {
                 continue;
             }
-            let beat = t.take(leaving);
+            let beat = t.take(now, leaving);
             let wire = BeatWire {
                 group: self.kafka.group_id.clone(),
                 table: t.shared.name.to_string(),
@@ -840,23 +846,29 @@ impl Channel<'_> {
             .to_millis()
             .and_then(|t| u64::try_from(t).ok())
             .map(|t| Duration::from_millis(now_ms().saturating_sub(t)));
-        let age = if history {
-            stamped.unwrap_or(jobs::STALE * 2)
-        } else {
-            // Live, unless its stamp says it waited out a reader's outage
-            // (further off than any clock is from the broker's).
-            match stamped {
-                Some(a) if a > STALE => return,
-                _ => Duration::ZERO,
-            }
-        };
-        if age > jobs::STALE {
-            return;
+        // The reader's loop applies the split at its next turn.
+        if let Some(age) = beat_age(history, stamped) {
+            let at = tables.now().saturating_sub(age);
+            tables.tables[i].jobs.hear(&b.group, &b.from, at, b.beat());
         }
-        let at = tables.now().saturating_sub(age);
-        tables.tables[i].jobs.hear(&b.group, &b.from, at, b.beat());
-        tables.split(&self.kafka.group_id);
     }
+}
+
+/// How old a beat is taken to be, from its record's age by its stamp
+/// (`stamped`; None: unstamped); None: too old to hear. Read from the
+/// `history` (sent before the reader started), it is as old as its stamp
+/// says, and unstamped too old; live, it is new (a clock off the
+/// broker's cannot make it stale) unless its stamp says it waited out a
+/// reader's outage (older than [`STALE`], further off than any clock is
+/// from the broker's). Pure.
+fn beat_age(history: bool, stamped: Option<Duration>) -> Option<Duration> {
+    let age = match (history, stamped) {
+        (true, Some(a)) => a,
+        (true, None) => return None,
+        (false, Some(a)) if a > STALE => return None,
+        (false, _) => Duration::ZERO,
+    };
+    (age <= jobs::STALE).then_some(age)
 }
 
 /// Whether a lesson stamped `at` (ms since the epoch; None: unstamped) is
@@ -924,6 +936,64 @@ mod tests {
         // A lesson reader of before beats passes them over as "not a lesson".
         assert!(Wire::decode(&bytes).is_err());
         assert!(Heard::decode(b"{\"group\":\"g\"}").is_err());
+    }
+
+    #[test]
+    fn a_beat_from_the_history_is_as_old_as_its_stamp_and_a_live_one_new() {
+        let ms = Duration::from_millis;
+        assert_eq!(beat_age(true, Some(ms(2_000))), Some(ms(2_000)));
+        assert_eq!(beat_age(true, Some(ms(3_500))), None, "stale");
+        assert_eq!(beat_age(true, None), None, "unstamped history");
+        // Live: new, whatever a clock a few seconds off says.
+        assert_eq!(beat_age(false, Some(ms(6_000))), Some(Duration::ZERO));
+        assert_eq!(beat_age(false, None), Some(Duration::ZERO));
+        // Played back after an outage of the reader.
+        assert_eq!(beat_age(false, Some(ms(10_001))), None);
+    }
+
+    fn table_beats() -> TableBeats {
+        let control = Arc::new(Control::new(
+            crate::throttle::StrategyConfig::default().build(1),
+            None,
+            std::num::NonZeroU32::new(25).unwrap(),
+        ));
+        Tables::new(vec![Shared {
+            name: "t".into(),
+            control,
+            queue: None,
+        }])
+        .tables
+        .remove(0)
+    }
+
+    #[test]
+    fn the_queue_is_sampled_once_per_poll_and_a_table_turned_busy_beats_at_once_but_not_often() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut t = table_beats();
+        assert!(t.due(t0), "never beaten");
+        t.take(t0, false);
+        assert!(!t.due(t0 + ms(100)));
+        // Records wait: polls 10 ms apart count as one sample, not two.
+        t.sample(t0 + ms(10), true);
+        t.sample(t0 + ms(20), true);
+        assert_eq!((t.polls, t.streak), (1, 1));
+        assert!(!t.due(t0 + ms(20)), "one sample of records is one passing");
+        // Two samples 50 ms apart: turned busy, but not within 250 ms of the
+        // last beat.
+        t.sample(t0 + ms(70), true);
+        assert_eq!(t.streak, TURNED);
+        assert!(!t.due(t0 + ms(70)));
+        assert!(t.due(t0 + ms(250)));
+        // Nothing written yet, records waited: busy; its next early beat
+        // waits for the next idle one.
+        assert!(t.take(t0 + ms(250), false).busy);
+        t.sample(t0 + ms(300), true);
+        assert!(!t.due(t0 + ms(600)));
+        assert!(t.due(t0 + ms(1_250)), "a beat a second");
+        // Leaving: idle, nothing written.
+        let b = t.take(t0 + ms(1_300), true);
+        assert!(!b.busy && b.rate == 0.0);
     }
 
     #[test]

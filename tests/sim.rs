@@ -21,6 +21,22 @@ fn scores(name: &str) -> Vec<Score> {
     sim::run(&sc).unwrap().scores
 }
 
+/// The default strategy's (unlabelled `adaptive`) scores on `sc`, seeds
+/// 1-8, and its throttled requests over them all.
+fn default_over_seeds(mut sc: sim::scenario::Scenario) -> (Vec<Score>, f64) {
+    sc.strategies
+        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
+    let scores: Vec<Score> = (1..=8)
+        .map(|seed| {
+            sc.seed = seed;
+            by(&sim::run(&sc).unwrap().scores, "adaptive").clone()
+        })
+        .collect();
+    let throttled: u64 = scores.iter().map(|s| s.throttled).sum();
+    let requests: u64 = scores.iter().map(|s| s.requests).sum();
+    (scores, throttled as f64 / requests as f64)
+}
+
 fn by<'a>(scores: &'a [Score], label: &str) -> &'a Score {
     scores
         .iter()
@@ -583,20 +599,11 @@ fn workers_on_a_half_second_bucket_keep_to_their_part_of_it() {
 fn three_workers_on_a_bucket_of_a_tenth_of_a_second_use_most_of_it() {
     let mut sc = sim::load(&scenario("shallow-bucket")).unwrap();
     sc.clients.count = 3;
-    sc.strategies
-        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
     for units in [15.0, 20.0, 30.0, 40.0] {
         sc.server.capacity = Some(units);
-        let (mut throttled, mut requests, mut least, mut sum) = (0, 0, 1.0_f64, 0.0);
-        for seed in 1..=8 {
-            sc.seed = seed;
-            let scores = sim::run(&sc).unwrap().scores;
-            let s = by(&scores, "adaptive");
-            throttled += s.throttled;
-            requests += s.requests;
-            least = least.min(s.utilization);
-            sum += s.utilization;
-        }
+        let (scores, rate) = default_over_seeds(sc.clone());
+        let least = scores.iter().map(|s| s.utilization).fold(1.0_f64, f64::min);
+        let sum: f64 = scores.iter().map(|s| s.utilization).sum();
         assert!(
             least >= 0.7,
             "{units} units: the least seed used {least:.3}"
@@ -606,10 +613,9 @@ fn three_workers_on_a_bucket_of_a_tenth_of_a_second_use_most_of_it() {
             "{units} units: {:.3} on average",
             sum / 8.0
         );
-        let rate = throttled as f64 / requests as f64;
         assert!(
             rate < 0.01,
-            "{units} units: {throttled} of {requests} throttled"
+            "{units} units: {rate:.4} of requests throttled"
         );
     }
 }
@@ -777,18 +783,11 @@ fn a_label_with_a_comma_is_one_column_of_the_trace() {
 fn lessons_shared_within_a_job_cut_throttles_under_a_neighbour_and_cost_nothing_shallow() {
     let totals = |mut sc: sim::scenario::Scenario, lessons_ms: f64| {
         sc.clients.lessons_ms = lessons_ms;
-        sc.strategies
-            .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
-        let (mut throttled, mut requests, mut utils) = (0, 0, Vec::new());
-        for seed in 1..=8 {
-            sc.seed = seed;
-            let scores = sim::run(&sc).unwrap().scores;
-            let s = by(&scores, "adaptive");
-            throttled += s.throttled;
-            requests += s.requests;
-            utils.push(s.utilization);
-        }
-        (throttled as f64 / requests as f64, utils)
+        let (scores, rate) = default_over_seeds(sc);
+        (
+            rate,
+            scores.iter().map(|s| s.utilization).collect::<Vec<_>>(),
+        )
     };
     let neighbour = sim::load(&scenario("neighbour")).unwrap();
     let (alone, alone_util) = totals(neighbour.clone(), -1.0);
@@ -819,19 +818,13 @@ fn lessons_shared_within_a_job_cut_throttles_under_a_neighbour_and_cost_nothing_
 fn jobs_that_hear_each_other_split_the_table_instead_of_meeting_in_it() {
     let totals = |mut sc: sim::scenario::Scenario, split: bool| {
         sc.clients.split_jobs = split;
-        sc.strategies
-            .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
-        let (mut throttled, mut requests, mut util, mut least_job) = (0, 0, 1.0f64, 1.0f64);
-        for seed in 1..=8 {
-            sc.seed = seed;
-            let scores = sim::run(&sc).unwrap().scores;
-            let s = by(&scores, "adaptive");
-            throttled += s.throttled;
-            requests += s.requests;
-            util = util.min(s.utilization);
-            least_job = s.group_shares.iter().copied().fold(least_job, f64::min);
-        }
-        (throttled as f64 / requests as f64, util, least_job)
+        let (scores, rate) = default_over_seeds(sc);
+        let util = scores.iter().map(|s| s.utilization).fold(1.0f64, f64::min);
+        let least_job = scores
+            .iter()
+            .flat_map(|s| s.group_shares.iter().copied())
+            .fold(1.0f64, f64::min);
+        (rate, util, least_job)
     };
     for (name, jobs) in [("two-jobs", 2.0), ("three-jobs", 3.0)] {
         let sc = sim::load(&scenario(name)).unwrap();

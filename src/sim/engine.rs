@@ -674,16 +674,19 @@ impl<'a> Run<'a> {
     /// (those whose `first` client started before it, or `after` ago), as
     /// `throttle::jobs` splits it: even parts, segments in job order.
     fn split_jobs(&self, cl: &mut Client, first: &[Duration], after: Duration, t: Duration) {
-        let mine = self.sc.group_of(cl.index);
-        let known: Vec<usize> = (0..first.len())
-            .filter(|g| *g == mine || first[*g] <= cl.start || first[*g] + after <= t)
-            .collect();
-        if known.len() == cl.jobs {
+        // Called at every event: nothing to do once every job is known.
+        if cl.jobs == first.len() {
             return;
         }
-        cl.jobs = known.len();
-        let n = known.len() as f64;
-        let rank = known.iter().position(|g| *g == mine).unwrap_or(0) as f64;
+        let mine = self.sc.group_of(cl.index);
+        let known = |g: &usize| *g == mine || first[*g] <= cl.start || first[*g] + after <= t;
+        let count = (0..first.len()).filter(known).count();
+        if count == cl.jobs {
+            return;
+        }
+        cl.jobs = count;
+        let n = count as f64;
+        let rank = (0..mine).filter(known).count() as f64;
         cl.share = cl.job_share.map(|s| s / n);
         cl.slot_parts = cl.job_slots.as_ref().map(|p| {
             p.iter()

@@ -774,13 +774,7 @@ mod tests {
 
     #[test]
     fn a_first_halving_goes_out_as_a_lesson_and_a_peers_control_paces_by_it() {
-        let third = || {
-            let c = Control::new(StrategyConfig::default().build(1), None, burst());
-            c.set_capacity(Some(200.0));
-            c.set_share(Some(1.0 / 3.0));
-            c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
-            c
-        };
+        let third = || at_share(200.0, 1.0 / 3.0, Budget::default());
         let fair = 200.0 / 3.0 * 0.98;
         let (a, b) = (third(), third());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -886,6 +880,16 @@ mod tests {
         assert_eq!(c.report().pacing_rate, Some(20.0));
     }
 
+    /// The default strategy's control on a table of `capacity`, at
+    /// `share`, after one clean answer.
+    fn at_share(capacity: f64, share: f64, budget: Budget) -> Control {
+        let c = Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(budget);
+        c.set_capacity(Some(capacity));
+        c.set_share(Some(share));
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        c
+    }
+
     fn split(part: f64, segment: (f64, f64), busy_jobs: usize) -> Split {
         Split {
             part,
@@ -897,10 +901,7 @@ mod tests {
 
     #[test]
     fn another_busy_job_halves_the_share_paced_to_and_its_leaving_gives_it_back() {
-        let c = Control::new(StrategyConfig::default().build(1), None, burst());
-        c.set_capacity(Some(200.0));
-        c.set_share(Some(1.0 / 3.0));
-        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        let c = at_share(200.0, 1.0 / 3.0, Budget::default());
         let fair = 200.0 / 3.0 * 0.98;
         let paced = || c.report().pacing_rate.unwrap();
         assert!((paced() - fair).abs() < 0.01, "{}", paced());
@@ -920,14 +921,11 @@ mod tests {
 
     #[test]
     fn with_a_budget_the_job_takes_the_lower_of_its_part_and_its_budget() {
-        let c =
-            Control::new(StrategyConfig::default().build(1), None, burst()).with_budget(Budget {
-                fraction: Some(0.65),
-                wcu: None,
-            });
-        c.set_capacity(Some(200.0));
-        c.set_share(Some(1.0));
-        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        let budget = Budget {
+            fraction: Some(0.65),
+            wcu: None,
+        };
+        let c = at_share(200.0, 1.0, budget);
         let paced = || c.report().pacing_rate.unwrap();
         assert!((paced() - 0.98 * 130.0).abs() < 0.01, "{}", paced());
         // Half the table is less than the budget: half the table.
@@ -963,6 +961,7 @@ mod tests {
         c.set_share(Some(1.0));
         c.set_jobs(split(0.5, (0.0, 0.5), 2));
         assert_eq!(c.report().share, Some(1.0));
+        assert_eq!(c.report().job_part, 1.0, "the part applied");
     }
 
     #[tokio::test(start_paused = true)]
