@@ -44,7 +44,8 @@
 //! writer on the hot range's table too (default 0: none), and
 //! BENCH_HOT_BUDGET a `budget_fraction` for its job; BENCH_LOG_DIR keeps each
 //! worker's log lines there; BENCH_INDEX_BURST_S sets the index rows'
-//! bucket depth (default 1 s).
+//! bucket depth (default 1 s), BENCH_TWO_JOBS_BURST_S the two jobs' table's
+//! (default the proxy's 1 s).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -794,7 +795,8 @@ async fn two_jobs(v: &Variant, n: usize, run: usize) -> Value {
     std::fs::write(&b.config, text).unwrap();
     b.delete_table().await; // its own, unused
     b.table = a.table.clone();
-    let proxy = ThrottleProxy::start(&[]);
+    let burst = env_or("BENCH_TWO_JOBS_BURST_S", 1.0).to_string();
+    let proxy = ThrottleProxy::start(&["--burst-s", &burst]);
     for s in [&a, &b] {
         s.use_endpoint(&proxy.endpoint());
         configure(s, v, "");
