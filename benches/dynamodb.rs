@@ -45,7 +45,11 @@
 //! BENCH_HOT_BUDGET a `budget_fraction` for its job; BENCH_LOG_DIR keeps each
 //! worker's log lines there; BENCH_INDEX_BURST_S sets the index rows'
 //! bucket depth (default 1 s), BENCH_TWO_JOBS_BURST_S the two jobs' table's
-//! (default the proxy's 1 s).
+//! (default the proxy's 1 s). BENCH_BROKER=mock runs the workers on
+//! librdkafka's mock cluster in this process instead of tansu: a new
+//! group's first rebalance held BENCH_MOCK_REBALANCE_DELAY_MS (3,000, as
+//! Kafka's `group.initial.rebalance.delay.ms` by default) for every member
+//! joining within it, where tansu holds each later member's JoinGroup 3 s.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -1204,6 +1208,14 @@ fn markdown(rows: &[Value]) -> String {
          A request counts as throttled if it got a throttling error or came back with any \
          unprocessed item.\n\n",
     );
+    if let Some(delay) = mock_rebalance_delay() {
+        md += &format!(
+            "Broker: librdkafka's mock cluster in the bench's process (`BENCH_BROKER=mock`), \
+             a new group's first rebalance held {} ms (Kafka's `group.initial.rebalance.delay.ms`), \
+             not tansu.\n\n",
+            delay.as_millis()
+        );
+    }
     md += &format!(
         "## Hot range: 4 partitions of 50 WCU/s, a {:.0} WCU/s table, buckets of {} s, Zipf(1.1) keys plus one key with 30% of the records\n\n",
         hot_table_wcu(),
@@ -1445,8 +1457,31 @@ fn summary_line(r: &Value) -> String {
     short.to_string()
 }
 
-#[tokio::main]
+/// With `BENCH_BROKER=mock`, how long the mock holds a new group's first
+/// rebalance (`BENCH_MOCK_REBALANCE_DELAY_MS`, Kafka's default 3,000 ms);
+/// None: the broker is tansu.
+fn mock_rebalance_delay() -> Option<Duration> {
+    std::env::var("BENCH_BROKER")
+        .is_ok_and(|b| b == "mock")
+        .then(|| Duration::from_millis(env_or("BENCH_MOCK_REBALANCE_DELAY_MS", 3000)))
+}
+
+#[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    // A Kafka-like coordinator instead of tansu's (which holds a group's
+    // later members' JoinGroup 3 s): librdkafka's mock cluster in this
+    // process, holding a new group's first rebalance for every member that
+    // joins within the delay, as a Kafka broker does. It answers no
+    // CreateTopics, so the lessons topic the workers share is made here.
+    if let Some(delay) = mock_rebalance_delay() {
+        let broker = ingest::devbroker::DevBroker::start().expect("the mock broker");
+        broker.set_initial_rebalance_delay(delay);
+        broker
+            .create_topic(ingest::config::DEFAULT_LESSONS_TOPIC, 1)
+            .expect("the lessons topic on the mock broker");
+        assert!(MOCK_BROKER.set(broker).is_ok());
+        eprintln!("broker: librdkafka's mock on {}", brokers());
+    }
     require_stack();
     let env = |k: &str| std::env::var(k).ok();
     let only = env("BENCH_ONLY");

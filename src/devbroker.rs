@@ -67,6 +67,15 @@ impl DevBroker {
         })
     }
 
+    /// Holds a new group's first rebalance `delay` for more members to
+    /// join, as a Kafka broker's `group.initial.rebalance.delay.ms` (3 s by
+    /// default there; 0 here since [`DevBroker::start`]).
+    pub fn set_initial_rebalance_delay(&self, delay: std::time::Duration) {
+        let ms = i32::try_from(delay.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: cluster is a valid, live handle.
+        unsafe { rdsys::rd_kafka_mock_group_initial_rebalance_delay_ms(self.cluster, ms) };
+    }
+
     /// The address the mock broker itself listens on.
     pub fn bootstrap_servers(&self) -> String {
         // SAFETY: returns a NUL-terminated string owned by the live cluster.
