@@ -813,7 +813,9 @@ fn lessons_shared_within_a_job_cut_throttles_under_a_neighbour_and_cost_nothing_
 /// jobs of three clients and three jobs (seeds 1-8) are throttled on 1.19%
 /// and 16.6% of their requests each learning alone (2026-12-01), and on
 /// 0.14% and 0.04% split, each job near its even part of the table; two
-/// jobs of three pace as one job of six.
+/// jobs of three pace as one job of six, and since their first throttle
+/// is no first meeting (`Feedback::jobs_split`) use the table at least as
+/// well (97.4% at the least against 95.6%).
 #[test]
 fn jobs_that_hear_each_other_split_the_table_instead_of_meeting_in_it() {
     let totals = |mut sc: sim::scenario::Scenario, split: bool| {
@@ -834,13 +836,13 @@ fn jobs_that_hear_each_other_split_the_table_instead_of_meeting_in_it() {
         assert!(split < 0.003, "{name}: {split}");
         assert!(util >= 0.95, "{name}: {util}");
         assert!(least_job >= 0.9 / jobs, "{name}: {least_job}");
-        // Two jobs of three split as one job of six paces.
+        // Two jobs of three split as one job of six paces, or better.
         if name == "two-jobs" {
             let mut one = sc;
             one.clients.groups = 1;
             let (as_one, one_util, _) = totals(one, true);
             assert!((split - as_one).abs() < 0.001, "{split} vs {as_one}");
-            assert!((util - one_util).abs() < 0.01, "{util} vs {one_util}");
+            assert!(util >= one_util - 0.005, "{util} vs {one_util}");
         }
     }
 }

@@ -825,6 +825,7 @@ impl<'a> Run<'a> {
                     level_units: a.remaining.map(|r| r * self.bucket_size),
                     capacity,
                     share: cl.share,
+                    jobs_split: cl.jobs > 1,
                 };
                 (cl.strategy.after_attempt(&fb), cl.strategy.rule())
             }

@@ -605,6 +605,7 @@ impl Control {
             level_units: None,
             capacity,
             share,
+            jobs_split: self.jobs.lock().busy_jobs > 1,
         };
         if fb.throttled {
             self.throttled.notify_one();
@@ -917,6 +918,30 @@ mod tests {
         c.set_jobs(Split::default());
         c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
         assert!((paced() - fair).abs() < 0.01, "{}", paced());
+    }
+
+    #[test]
+    fn split_with_another_busy_job_the_first_throttle_is_no_first_meeting() {
+        // Alone: the first throttle at the share halves (another writer as
+        // large as the job, unknown); split, the other job's part is left
+        // to it already (see `Feedback::jobs_split`).
+        let alone = at_share(200.0, 1.0 / 3.0, Budget::default());
+        let read = alone.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
+        assert_eq!(read.rule, Some("first_cut"));
+        let c = at_share(200.0, 1.0 / 3.0, Budget::default());
+        c.set_jobs(split(0.5, (0.0, 0.5), 2));
+        c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
+        let read = c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
+        assert_eq!(read.rule, Some("cut"));
+        // Another job heard but idle: no split of the busy, the first
+        // meeting as alone.
+        let c = at_share(200.0, 1.0 / 3.0, Budget::default());
+        c.set_jobs(Split {
+            busy_jobs: 1,
+            ..split(0.9, (0.0, 1.0), 1)
+        });
+        let read = c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
+        assert_eq!(read.rule, Some("first_cut"));
     }
 
     #[test]

@@ -89,6 +89,10 @@ pub struct Feedback {
     /// The fraction of that capacity this client can expect (its share of the
     /// consumer group's partitions feeding the table), when known.
     pub share: Option<f64>,
+    /// Other ingest jobs write the table and it is split with them (see
+    /// [`jobs`]): the share already leaves them their parts, so a throttle
+    /// at it is no sign of a writer as large as the job.
+    pub jobs_split: bool,
 }
 
 /// What a worker learned of a table that its peers (the job's other

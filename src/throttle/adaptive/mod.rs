@@ -14,7 +14,12 @@
 //!   shown it admits at once under a quarter second of its capacity and
 //!   under half the largest request this client sent (`shown_shallow`:
 //!   peers' requests meeting in a small bucket), nor where key ranges
-//!   refused some of the answer (`Feedback::range_read`).
+//!   refused some of the answer (`Feedback::range_read`), nor where the
+//!   table is split with other ingest jobs (`Feedback::jobs_split`): the
+//!   share leaves them their parts already, and a throttle at it is the
+//!   bucket run low, not a writer as large as the job (`ingest sim`, seeds
+//!   1-8, two jobs of three: 97.4-97.8% of the table used instead of
+//!   95.7-96.8%, 0.15% of requests throttled instead of 0.14%).
 //!   Except when only key ranges refused keys
 //!   the hot range did not pace yet while it held others back
 //!   (`Feedback::key_range`): the accepted rate is then the hot range's
@@ -1012,6 +1017,7 @@ impl Strategy for Adaptive {
                 // table's bucket, which the other writer keeps low, fills
                 // again before the next probe.
                 let first = self.w_max.is_none()
+                    && !fb.jobs_split
                     && !fb.range_read
                     && fair.is_some_and(|f| base >= 0.9 * f)
                     && !self.capacity.is_some_and(|c| self.shown_shallow(c));
