@@ -82,7 +82,8 @@ bench-throttle: build stack tansu
 # writer with and without a budget, two jobs, an on-demand maximum and its
 # step, a capacity step; about 40 minutes); reports in
 # target/bench/dynamodb.{md,json}. BENCH_SCENARIO, BENCH_ONLY, BENCH_WORKERS
-# narrow it.
+# narrow it; BENCH_BROKER=mock runs it on librdkafka's mock cluster (a
+# Kafka-like group coordinator) instead of tansu.
 bench-dynamodb: build stack tansu
 	$(CARGO) bench --profile dev --bench dynamodb
 
