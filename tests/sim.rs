@@ -814,7 +814,7 @@ fn lessons_shared_within_a_job_cut_throttles_under_a_neighbour_and_cost_nothing_
 /// and 16.6% of their requests each learning alone (2026-12-01), and on
 /// 0.14% and 0.04% split, each job near its even part of the table; two
 /// jobs of three pace as one job of six, and since their first throttle
-/// is no first meeting (`Feedback::jobs_split`) use the table at least as
+/// is no first meeting (`Strategy::split_with_jobs`) use the table at least as
 /// well (97.4% at the least against 95.6%).
 #[test]
 fn jobs_that_hear_each_other_split_the_table_instead_of_meeting_in_it() {

@@ -685,6 +685,7 @@ impl<'a> Run<'a> {
             return;
         }
         cl.jobs = count;
+        cl.strategy.split_with_jobs(count > 1);
         let n = count as f64;
         let rank = (0..mine).filter(known).count() as f64;
         cl.share = cl.job_share.map(|s| s / n);
@@ -825,7 +826,6 @@ impl<'a> Run<'a> {
                     level_units: a.remaining.map(|r| r * self.bucket_size),
                     capacity,
                     share: cl.share,
-                    jobs_split: cl.jobs > 1,
                 };
                 (cl.strategy.after_attempt(&fb), cl.strategy.rule())
             }

@@ -477,10 +477,12 @@ impl Control {
         let capacity = self.capacity_seen();
         let share = self.share_seen();
         let warm = *self.warm.lock();
+        let split = self.jobs.lock().busy_jobs > 1;
         {
             let mut s = self.strategy.lock();
             s.hint(capacity, share);
             s.warm(warm);
+            s.split_with_jobs(split);
         }
         self.steer();
     }
@@ -605,7 +607,6 @@ impl Control {
             level_units: None,
             capacity,
             share,
-            jobs_split: self.jobs.lock().busy_jobs > 1,
         };
         if fb.throttled {
             self.throttled.notify_one();
@@ -924,7 +925,7 @@ mod tests {
     fn split_with_another_busy_job_the_first_throttle_is_no_first_meeting() {
         // Alone: the first throttle at the share halves (another writer as
         // large as the job, unknown); split, the other job's part is left
-        // to it already (see `Feedback::jobs_split`).
+        // to it already (see `Strategy::split_with_jobs`).
         let alone = at_share(200.0, 1.0 / 3.0, Budget::default());
         let read = alone.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
         assert_eq!(read.rule, Some("first_cut"));
@@ -933,6 +934,19 @@ mod tests {
         c.after_attempt(Throttled::No, 5.0, 5.0, 5.0);
         let read = c.after_attempt(Throttled::Table, 0.0, 25.0, 0.0);
         assert_eq!(read.rule, Some("cut"));
+        // Nor is a peer's first meeting (taught by a worker that had not
+        // heard the other job yet): split, it halves nothing.
+        let c = at_share(200.0, 1.0 / 3.0, Budget::default());
+        c.set_jobs(split(0.5, (0.0, 0.5), 2));
+        let before = c.report().pacing_rate.unwrap();
+        let lesson = PeerLesson {
+            lesson: crate::throttle::Lesson::FirstMeeting,
+            level: 1.0,
+        };
+        assert!(!c.peer_lesson(lesson), "not taken while split");
+        assert_eq!(c.report().pacing_rate.unwrap(), before);
+        c.set_jobs(Split::default());
+        assert!(c.peer_lesson(lesson), "alone again: taken");
         // Another job heard but idle: no split of the busy, the first
         // meeting as alone.
         let c = at_share(200.0, 1.0 / 3.0, Budget::default());
@@ -992,35 +1006,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_beat_is_busy_while_records_wait_or_throttles_come_and_says_what_was_written() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
+        let idle = |rate| Beat { busy: false, rate };
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(
-            c.beat(false),
-            Beat {
-                busy: false,
-                rate: 0.0
-            }
-        );
+        assert_eq!(c.beat(false), idle(0.0));
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(c.beat(true).busy, "records waited, nothing written yet");
         c.counts.wcu_written.fetch_add(150, Relaxed);
         tokio::time::advance(Duration::from_millis(500)).await;
-        assert_eq!(
-            c.beat(false),
-            Beat {
-                busy: false,
-                rate: 300.0
-            }
-        );
+        assert_eq!(c.beat(false), idle(300.0));
         // Records waited but went as they came: the pace bounds nothing.
         c.counts.wcu_written.fetch_add(10, Relaxed);
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(
-            c.beat(true),
-            Beat {
-                busy: false,
-                rate: 10.0
-            }
-        );
+        assert_eq!(c.beat(true), idle(10.0));
         // They waited for the pacer a tenth of the time or more.
         c.counts.wcu_written.fetch_add(10, Relaxed);
         c.meter.lock().waited = Duration::from_millis(200);

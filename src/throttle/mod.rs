@@ -89,10 +89,6 @@ pub struct Feedback {
     /// The fraction of that capacity this client can expect (its share of the
     /// consumer group's partitions feeding the table), when known.
     pub share: Option<f64>,
-    /// Other ingest jobs write the table and it is split with them (see
-    /// [`jobs`]): the share already leaves them their parts, so a throttle
-    /// at it is no sign of a writer as large as the job.
-    pub jobs_split: bool,
 }
 
 /// What a worker learned of a table that its peers (the job's other
@@ -224,6 +220,11 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// limit or a table's on-demand maximum, which probing cannot move.
     /// Strategies that probe stop probing past it.
     fn ceiling(&mut self) {}
+
+    /// Whether the table is split with other busy ingest jobs (see
+    /// [`jobs`]): the share already leaves them their parts, so a throttle
+    /// at it is no sign of a writer as large as the job.
+    fn split_with_jobs(&mut self, _split: bool) {}
 
     /// What the answers since the last call taught that the job's other
     /// workers can use (see [`Lesson`]), if anything; each lesson once.

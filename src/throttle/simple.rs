@@ -250,7 +250,6 @@ mod tests {
         level_units: None,
         capacity: None,
         share: None,
-        jobs_split: false,
     };
     const OK: Feedback = Feedback {
         throttled: false,

@@ -15,9 +15,10 @@
 //!   under half the largest request this client sent (`shown_shallow`:
 //!   peers' requests meeting in a small bucket), nor where key ranges
 //!   refused some of the answer (`Feedback::range_read`), nor where the
-//!   table is split with other ingest jobs (`Feedback::jobs_split`): the
-//!   share leaves them their parts already, and a throttle at it is the
-//!   bucket run low, not a writer as large as the job (`ingest sim`, seeds
+//!   table is split with other busy ingest jobs
+//!   (`Strategy::split_with_jobs`): the share leaves them their parts
+//!   already, and a throttle at it is the bucket run low, not a writer as
+//!   large as the job; nor does a peer's first meeting halve it then (`ingest sim`, seeds
 //!   1-8, two jobs of three: 97.4-97.8% of the table used instead of
 //!   95.7-96.8%, 0.15% of requests throttled instead of 0.14%).
 //!   Except when only key ranges refused keys
@@ -297,6 +298,9 @@ pub struct Adaptive {
     ceiling: Option<(f64, Duration)>,
     /// The next throttle names a hard ceiling.
     ceiling_next: bool,
+    /// The table is split with other busy ingest jobs
+    /// (`Strategy::split_with_jobs`).
+    jobs_split: bool,
     /// The table's warm throughput, where no capacity is known.
     warm: Option<f64>,
     /// The rate `warm_start` set last.
@@ -370,6 +374,7 @@ impl Adaptive {
             settled_until: None,
             ceiling: None,
             ceiling_next: false,
+            jobs_split: false,
             warm: None,
             warm_rate: None,
             whole_lately: 0.0,
@@ -814,6 +819,10 @@ impl Strategy for Adaptive {
         self.ceiling_next = true;
     }
 
+    fn split_with_jobs(&mut self, split: bool) {
+        self.jobs_split = split;
+    }
+
     fn taught(&mut self) -> Option<PeerLesson> {
         self.taught.take()
     }
@@ -826,12 +835,15 @@ impl Strategy for Adaptive {
         };
         match taught.lesson {
             // The peer's halving is this client's, unless it met the table
-            // already, runs below its share, or the table has shown it
+            // already, its table is split with other jobs (their part is
+            // left to them: no first meeting halves it), runs below its
+            // share, or the table has shown it
             // admits little at once (its throttles are requests meeting,
             // which it reads by itself). It counts as an event, as its own
             // would: a throttle of its own soon after settles it.
             Lesson::FirstMeeting => {
                 if self.w_max.is_some()
+                    || self.jobs_split
                     || self.rate < 0.9 * f
                     || self.capacity.is_some_and(|c| self.shown_shallow(c))
                 {
@@ -1017,7 +1029,7 @@ impl Strategy for Adaptive {
                 // table's bucket, which the other writer keeps low, fills
                 // again before the next probe.
                 let first = self.w_max.is_none()
-                    && !fb.jobs_split
+                    && !self.jobs_split
                     && !fb.range_read
                     && fair.is_some_and(|f| base >= 0.9 * f)
                     && !self.capacity.is_some_and(|c| self.shown_shallow(c));

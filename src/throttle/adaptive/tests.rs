@@ -18,7 +18,6 @@ pub(super) fn at(ms: u64, throttled: bool, units: f64, capacity: Option<f64>) ->
         level_units: None,
         capacity,
         share: None,
-        jobs_split: false,
     }
 }
 
@@ -93,10 +92,10 @@ fn split_with_other_jobs_the_first_event_at_the_share_cuts_by_decrease_and_teach
     // mock broker): 88.6% of the table together instead of 96.6%.
     let split = |ms: u64, throttled: bool, units: f64| Feedback {
         throttled,
-        jobs_split: true,
         ..share_of_200(1.0 / 6.0, ms, units, units)
     };
     let mut a = Adaptive::new(AdaptiveConfig::default());
+    a.split_with_jobs(true);
     let fair = 200.0 / 6.0 * 0.98;
     let mut t = 0;
     while t < 3_000 {
