@@ -36,7 +36,12 @@
 //! wrote. The reader starts a few thousand records before the topic's end,
 //! so it hears the beats of the last seconds at once, and each table's
 //! control takes its job's part among the jobs heard. A worker's first
-//! request waits until those recent beats were read.
+//! request waits until those recent beats were read. A beat also says the
+//! worker's pacing rate and fair share (`pace`, `fair`; absent from a beat
+//! of before 2026-12-02, read as unknown), and each worker hears its own
+//! job's beats as well: its part of what the job paces the table at keeps
+//! the job's workers together where another writer leaves them far less
+//! than their shares (`Strategy::job_part`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -128,6 +133,12 @@ pub struct BeatWire {
     pub busy: bool,
     /// Units/s written to the table since the last beat.
     pub rate: f64,
+    /// Units/s the worker paces the table at, and its fair share of it
+    /// (0: unknown; a beat of before these were sent has neither).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pace: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fair: f64,
     pub from: String,
     /// The table's region, where the worker's config or environment names
     /// it (tables of one name in two regions are two tables).
@@ -141,15 +152,18 @@ impl BeatWire {
     }
 
     pub fn beat(&self) -> Beat {
+        let finite = |x: f64| if x.is_finite() { x } else { 0.0 };
         Beat {
             busy: self.busy,
-            rate: if self.rate.is_finite() {
-                self.rate
-            } else {
-                0.0
-            },
+            rate: finite(self.rate),
+            pace: finite(self.pace),
+            fair: finite(self.fair),
         }
     }
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// A record of the topic: a lesson, or a beat.
@@ -382,10 +396,7 @@ impl TableBeats {
     fn take(&mut self, now: Instant, leaving: bool) -> Beat {
         let waited = self.streak >= TURNED || (self.polls > 0 && 2 * self.waiting >= self.polls);
         let beat = if leaving {
-            Beat {
-                busy: false,
-                rate: 0.0,
-            }
+            Beat::default()
         } else {
             self.shared.control.beat(waited)
         };
@@ -450,6 +461,7 @@ impl Tables {
                     busy_jobs = next.busy_jobs, jobs = next.jobs,
                     "the table's part for this job among the jobs writing it");
             }
+            control.job_part(t.jobs.job_part(group, now, control.own_beat()));
         }
     }
 }
@@ -651,6 +663,8 @@ impl Channel<'_> {
                 table: t.shared.name.to_string(),
                 busy: beat.busy,
                 rate: beat.rate,
+                pace: beat.pace,
+                fair: beat.fair,
                 from: self.me.to_string(),
                 region: self.region.to_string(),
             };
@@ -800,7 +814,9 @@ impl Channel<'_> {
                 // region (a beat without one names no region).
                 let region =
                     b.region.is_empty() || self.region.is_empty() || b.region == self.region;
-                if self.split && b.group != self.kafka.group_id && region {
+                // Or a peer's of this job (its pace: see `Tables::split`).
+                let peer = b.group == self.kafka.group_id && b.from != self.me;
+                if self.split && region && (b.group != self.kafka.group_id || peer) {
                     self.hear_beat(m, tables, &b, history);
                 }
                 return;
@@ -908,12 +924,38 @@ mod tests {
     }
 
     #[test]
+    fn a_beat_carries_its_pace_and_fair_share_and_one_of_before_reads_as_unknown() {
+        let b = BeatWire {
+            group: "g".into(),
+            table: "orders".into(),
+            busy: true,
+            rate: 30.0,
+            pace: 32.5,
+            fair: 65.0,
+            from: "h/1/00".into(),
+            region: String::new(),
+        };
+        let back = match Heard::decode(&b.encode()).unwrap() {
+            Heard::Beat(w) => w.beat(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((back.pace, back.fair), (32.5, 65.0));
+        let old = br#"{"group":"g","table":"t","busy":true,"rate":9.0,"from":"h/1/00"}"#;
+        let Ok(Heard::Beat(w)) = Heard::decode(old) else {
+            panic!("an old beat");
+        };
+        assert_eq!((w.beat().pace, w.beat().fair), (0.0, 0.0));
+    }
+
+    #[test]
     fn a_beat_reads_back_as_a_beat_and_a_lesson_as_a_lesson() {
         let b = BeatWire {
             group: "g".into(),
             table: "orders".into(),
             busy: true,
             rate: 96.5,
+            pace: 0.0,
+            fair: 0.0,
             from: "h/1/00".into(),
             region: String::new(),
         };
@@ -927,7 +969,8 @@ mod tests {
             b.beat(),
             Beat {
                 busy: true,
-                rate: 96.5
+                rate: 96.5,
+                ..Beat::default()
             }
         );
         let lesson =

@@ -852,5 +852,15 @@ async fn two_jobs_split(kill: bool) {
                 .any(|v| v["group"] == s.group.as_str() && v["table"] == a.table.as_str()),
             "{beats:?}"
         );
+        // ...and, busy, its pacing rate and fair share (its job's peers
+        // keep together by them).
+        let positive = |v: &Value, k: &str| v[k].as_f64().is_some_and(|x| x > 0.0);
+        assert!(
+            beats.iter().any(|v| v["group"] == s.group.as_str()
+                && v["busy"] == true
+                && positive(v, "pace")
+                && positive(v, "fair")),
+            "{beats:?}"
+        );
     }
 }

@@ -355,6 +355,7 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         }
     }
     let mut lessons: Vec<(Duration, usize, PeerLesson)> = Vec::new();
+    let mut next_beat = crate::throttle::jobs::BEAT;
     while let Some(Reverse((t, _, id, step))) = run.queue.pop() {
         if t > end {
             break;
@@ -362,6 +363,10 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
         if t > clock_at {
             clock.advance(t - clock_at);
             clock_at = t;
+        }
+        if lessons_after.is_some() && t >= next_beat {
+            job_beat(sc, &mut clients, t);
+            next_beat = t + crate::throttle::jobs::BEAT;
         }
         let cl = &mut clients[id.0];
         if cl.stopped {
@@ -402,6 +407,31 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
     out.busiest_partition_use = run.server.busiest_partition_use(end);
     out.per_client = clients.iter().map(|c| (c.attempts, c.throttled)).collect();
     out
+}
+
+/// Each client hears its job's beats, as workers do (`jobs::Jobs::job_part`):
+/// its part of what the job's clients that started pace the table at, by
+/// share; none alone, or with no share known.
+fn job_beat(sc: &Scenario, clients: &mut [Client], t: Duration) {
+    for g in 0..sc.clients.groups.max(1) {
+        let mine = |c: &&mut Client| sc.group_of(c.index) == g && !c.stopped && c.start <= t;
+        let (paced, shares, n) =
+            clients
+                .iter_mut()
+                .filter(mine)
+                .fold((0.0, 0.0, 0), |(p, s, n), c| {
+                    let r = c.strategy.rate().unwrap_or(0.0);
+                    (p + r, s + c.share.unwrap_or(0.0), n + 1)
+                });
+        for c in clients.iter_mut().filter(mine) {
+            let part = c
+                .share
+                .filter(|s| n > 1 && *s > 0.0 && shares > 0.0)
+                .map(|s| paced * s / shares);
+            c.strategy.job_part(t, part);
+            c.steer();
+        }
+    }
 }
 
 /// A client (and lane) to resume: (time, sequence, (client, lane), step).

@@ -450,7 +450,45 @@ impl Control {
             wcu,
             throttles,
         };
-        Beat { busy, rate }
+        let (pace, fair) = self.pace_now();
+        Beat {
+            busy,
+            rate,
+            pace,
+            fair,
+        }
+    }
+
+    /// The units/s this worker paces the table at and its fair share of
+    /// it (each 0 where unknown).
+    fn pace_now(&self) -> (f64, f64) {
+        let pace = self.pacer.rate().unwrap_or(0.0);
+        let fair = self
+            .capacity_seen()
+            .zip(self.share_seen())
+            .map_or(0.0, |(c, s)| c * s);
+        (pace, fair)
+    }
+
+    /// This worker as its own beat would say now, for its part of its
+    /// job's pace (see [`Jobs::job_part`](crate::throttle::jobs::Jobs::job_part)):
+    /// busy, its pace and its fair share.
+    pub fn own_beat(&self) -> Beat {
+        let (pace, fair) = self.pace_now();
+        Beat {
+            busy: true,
+            rate: 0.0,
+            pace,
+            fair,
+        }
+    }
+
+    /// This worker's part of what its job paces the table at (None: no
+    /// busy peer heard): the strategy is told (see [`Strategy::job_part`]).
+    pub fn job_part(&self, part: Option<f64>) {
+        let now = self.now();
+        self.strategy.lock().job_part(now, part);
+        self.steer();
     }
 
     /// This worker's parts of each period of the fleet's time slots (None:
@@ -1006,7 +1044,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_beat_is_busy_while_records_wait_or_throttles_come_and_says_what_was_written() {
         let c = Control::new(StrategyConfig::default().build(1), None, burst());
-        let idle = |rate| Beat { busy: false, rate };
+        let idle = |rate| Beat {
+            busy: false,
+            rate,
+            ..c.own_beat()
+        };
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(c.beat(false), idle(0.0));
         tokio::time::advance(Duration::from_secs(1)).await;

@@ -40,14 +40,18 @@ const FLOOR: f64 = 0.25;
 /// the workers' rates.
 const HYSTERESIS: f64 = 0.05;
 
-/// What a worker of another job said about a table.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What a worker said about a table.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Beat {
     /// Records wait to be written to the table (its queue, its pacer, a
     /// throttle's backoff): the job wants at least its part.
     pub busy: bool,
     /// The units/s it wrote to the table since its last beat.
     pub rate: f64,
+    /// The units/s it paces the table at now (0: unknown).
+    pub pace: f64,
+    /// Its fair share of the table, in units/s (0: unknown).
+    pub fair: f64,
 }
 
 /// This job's part of a table among the jobs writing it.
@@ -122,6 +126,28 @@ impl Jobs {
         self.heard.retain(|_, w| !w.is_empty());
     }
 
+    /// A worker's part of what its job `mine` paces the table at, at
+    /// `now`: the pacing rates of the job's busy workers heard (beats of
+    /// `mine`, the worker's own not among them) and its own (`me`) summed,
+    /// times its fair share over theirs summed. None where no busy peer
+    /// with a fair share was heard, or its own share is unknown (see
+    /// `Strategy::job_part`).
+    pub fn job_part(&self, mine: &str, now: Duration, me: Beat) -> Option<f64> {
+        let peers: Vec<&Beat> = self
+            .heard
+            .get(mine)?
+            .values()
+            .filter(|(t, b)| now.saturating_sub(*t) <= STALE && b.busy && b.fair > 0.0)
+            .map(|(_, b)| b)
+            .collect();
+        if peers.is_empty() || me.fair.is_nan() || me.fair <= 0.0 {
+            return None;
+        }
+        let pace = me.pace.max(0.0) + peers.iter().map(|b| b.pace.max(0.0)).sum::<f64>();
+        let fair = me.fair + peers.iter().map(|b| b.fair).sum::<f64>();
+        Some(pace * me.fair / fair)
+    }
+
     /// `mine`'s split of a table of `capacity` units/s (None: unknown, as
     /// on an on-demand table without a maximum) at `now`.
     pub fn split(&self, mine: &str, now: Duration, capacity: Option<f64>) -> Split {
@@ -174,11 +200,19 @@ mod tests {
     const S: fn(u64) -> Duration = Duration::from_secs;
 
     fn busy(rate: f64) -> Beat {
-        Beat { busy: true, rate }
+        Beat {
+            busy: true,
+            rate,
+            ..Beat::default()
+        }
     }
 
     fn idle(rate: f64) -> Beat {
-        Beat { busy: false, rate }
+        Beat {
+            busy: false,
+            rate,
+            ..Beat::default()
+        }
     }
 
     #[test]
@@ -268,5 +302,28 @@ mod tests {
             half.place(&[(0.0, 0.25), (0.5, 1.0)]),
             vec![(0.5, 0.625), (0.75, 1.0)]
         );
+    }
+    #[test]
+    fn a_workers_part_of_its_jobs_pace_is_by_fair_share_over_its_busy_live_peers() {
+        let beat = |busy, pace, fair| Beat {
+            busy,
+            rate: 0.0,
+            pace,
+            fair,
+        };
+        let mut j = Jobs::default();
+        let me = beat(true, 10.0, 50.0);
+        assert_eq!(j.job_part("a", S(1), me), None, "no peer heard");
+        j.hear("a", "a2", S(1), beat(true, 40.0, 50.0));
+        j.hear("a", "a3", S(1), beat(true, 40.0, 100.0));
+        // Idle, or of another job: not counted.
+        j.hear("a", "a4", S(1), beat(false, 500.0, 50.0));
+        j.hear("b", "b1", S(1), beat(true, 500.0, 50.0));
+        // (10 + 40 + 40) x 50 / (50 + 50 + 100)
+        assert_eq!(j.job_part("a", S(2), me), Some(22.5));
+        assert_eq!(j.job_part("a", S(2), beat(true, 10.0, 0.0)), None);
+        assert_eq!(j.job_part("a", S(5), me), None, "stale");
+        // The other jobs' split is unchanged by the job's own beats.
+        assert_eq!(j.split("a", S(2), Some(200.0)).busy_jobs, 2);
     }
 }

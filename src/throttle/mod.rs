@@ -226,6 +226,13 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// at it is no sign of a writer as large as the job.
     fn split_with_jobs(&mut self, _split: bool) {}
 
+    /// This client's part of what its job's busy workers wrote to the
+    /// table over the last beat, in units/s: their written rates summed,
+    /// times this client's fair share over theirs summed (None: not heard
+    /// lately). Strategies that settle under another writer use it to keep
+    /// a job's workers together (see `adaptive`).
+    fn job_part(&mut self, _now: Duration, _part: Option<f64>) {}
+
     /// What the answers since the last call taught that the job's other
     /// workers can use (see [`Lesson`]), if anything; each lesson once.
     fn taught(&mut self) -> Option<PeerLesson> {

@@ -56,6 +56,13 @@ pub struct AdaptiveConfig {
     /// table's capacity, keep to the fleet's time slots (see
     /// [`crate::throttle::pace::Slots`]) so that peers' requests never meet.
     pub time_slots: bool,
+    /// Where other writers' throttles came lately and the job as a whole
+    /// paces under 0.6 of its shares, keep each worker within 0.5-1.25 of
+    /// its part of the job's pace (from the job's beats), so that none
+    /// starves while its peers take what is free (`Strategy::job_part`).
+    /// Off by default: it costs shallow tables (see the README's "A job's
+    /// workers kept together").
+    pub keep_together: bool,
     /// Below this fraction of the fair share (capacity x share x target), a
     /// partial answer is not a rate signal: the request is too large.
     pub slow_below: f64,
@@ -104,6 +111,7 @@ impl Default for AdaptiveConfig {
             cushion_empty_gain: 0.6,
             shrink_requests: true,
             time_slots: true,
+            keep_together: false,
             slow_below: 0.5,
             size_hold_s: 30.0,
             size_grow: 1.25,

@@ -139,6 +139,12 @@
 //!   `LESSON_DEEP_S` of its share at once (peers' requests meeting there
 //!   settle workers now and then; taught to each other, those settles held
 //!   workers low for minutes). A lesson heard is never taught on.
+//! - **Keep the job together** (opt-in, `keep_together`). Where other
+//!   writers' throttles came lately
+//!   and the job as a whole paces under `JOB_UNDER` of its shares, a worker
+//!   paces within `JOB_BELOW`-`JOB_ABOVE` of its part of the job's pace
+//!   (from the job's beats: `Strategy::job_part`), so that no worker
+//!   starves while its peers take what is free.
 //!
 //! Returns no delay itself after an attempt (the caller's pacer enforces
 //! `rate()`); the start splay is its only delay.
@@ -200,6 +206,35 @@ const SLOTTED_S: f64 = 0.1;
 /// and their throttles are rate signals (`ingest sim`'s two-jobs, seed 8:
 /// 4.4% throttled instead of 1.7%).
 const COLLISION_BELOW: f64 = 0.25;
+
+/// A job's workers kept together (with `keep_together`, off by default:
+/// on a 0.1 s bucket without another writer, three workers' least seed of
+/// 1-8 used 57.0% of the table instead of 72.2%), where the table has less
+/// free than their shares (another writer): once throttled by other writers within
+/// `settle_s`, a worker paces at most `JOB_ABOVE` and at least `JOB_BELOW`
+/// times its part of what the job's busy workers pace the table at (their
+/// rates summed, by share: `Strategy::job_part`, from the job's beats).
+/// Cuts and climbs scale with a worker's own level, so nothing else pulls
+/// workers that drifted apart back together: under a neighbour writing
+/// 150 of 200 WCU/s, one worker of three, whose first batch had gone whole
+/// and whose requests stayed larger than its peers', was refused whole in
+/// a bucket the others kept low and cut each time from what it had
+/// written, down to 0.3-0.6 units/s of a share of 65 for ten minutes. The
+/// bounds are on the pace, not on what was written: a cap on what the job
+/// wrote ratchets down as throttles cut it (one seed of eight spiralled
+/// to 0.01 units/s). (`ingest sim`, seeds 1-24: heavy-neighbour 5.25% ->
+/// 4.10% throttled, the least client 0.00 -> 0.40; the neighbour at 100
+/// of 200 1.98% -> 1.07%; figures in the README's "A job's workers kept
+/// together".) Not on a parted table (`Feedback::parted`): a hot key range
+/// holds its workers apart for reasons of its own. Only where the job
+/// paces under `JOB_UNDER` of its shares: peers' requests meeting in a
+/// shallow bucket cut workers apart for a moment, and capped then, the
+/// first back at its share was held down with the others (`ingest sim`,
+/// `medium-bucket.toml`, seeds 1-8: the least seed used 91.5% of the
+/// table instead of 95.4% with the rule at any pace under the shares).
+const JOB_ABOVE: f64 = 1.25;
+const JOB_BELOW: f64 = 0.5;
+const JOB_UNDER: f64 = 0.6;
 
 /// Time slots are kept only while they work (see `watch_slots`): after
 /// `SLOT_GRACE` slotted (peers join their parts at different moments),
@@ -334,6 +369,12 @@ pub struct Adaptive {
     /// Key ranges refused writes to the table lately (see
     /// `PARTED_REQUEST_S`), as of the last answer.
     parted: bool,
+    /// This client's part of what its job wrote over the last beat, and
+    /// when it was heard (see `Strategy::job_part`).
+    job_part: Option<(Duration, f64)>,
+    /// The last throttle that said something of other writers (see
+    /// `held_part`).
+    last_foreign: Option<Duration>,
     rng: SmallRng,
     metrics: Metrics,
 }
@@ -351,6 +392,8 @@ impl Adaptive {
             lately,
             throttled_lately: 0.0,
             parted: false,
+            job_part: None,
+            last_foreign: None,
             settle_for: Duration::from_secs_f64(cfg.settle_s),
             taught: None,
             last_cut: cfg.decrease,
@@ -770,6 +813,28 @@ impl Adaptive {
         self.settled_until.is_some_and(|u| at < u + max)
     }
 
+    /// This client's part of what its job paces the table at, where it
+    /// keeps the job's workers together (see `JOB_ABOVE`): heard within
+    /// `jobs::STALE` of `at`, on a table that is not parted, after a
+    /// throttle of other writers' within `settle_s`, and under `JOB_UNDER`
+    /// of the fair share (the job as a whole paces far under its shares:
+    /// the table has less free than them).
+    fn held_part(&self, at: Duration) -> Option<f64> {
+        if !self.cfg.keep_together {
+            return None;
+        }
+        let (heard, part) = self.job_part?;
+        let fair = self.expected? * self.cfg.target_fraction;
+        let lately = Duration::from_secs_f64(self.cfg.settle_s);
+        (at.saturating_sub(heard) <= super::jobs::STALE
+            && !self.parted
+            && self
+                .last_foreign
+                .is_some_and(|t| at.saturating_sub(t) <= lately)
+            && part < JOB_UNDER * fair)
+            .then_some(part)
+    }
+
     /// Whether the rate is settled at `at` (see the module doc).
     fn settled(&self, at: Duration) -> bool {
         self.settled_until.is_some_and(|u| at < u)
@@ -791,6 +856,12 @@ impl Adaptive {
         }
         if let Some((c, _)) = self.ceiling {
             hi = hi.min(c);
+        }
+        // Now: the last answer, or the job's pace heard since.
+        let now = self.last_update.max(self.job_part.map(|(t, _)| t));
+        if let Some(p) = now.and_then(|t| self.held_part(t)) {
+            hi = hi.min(JOB_ABOVE * p);
+            self.rate = self.rate.max((JOB_BELOW * p).min(hi));
         }
         self.rate = self
             .rate
@@ -821,6 +892,11 @@ impl Strategy for Adaptive {
 
     fn split_with_jobs(&mut self, split: bool) {
         self.jobs_split = split;
+    }
+
+    fn job_part(&mut self, now: Duration, part: Option<f64>) {
+        self.job_part = part.filter(|p| p.is_finite()).map(|p| (now, p));
+        self.clamp();
     }
 
     fn taught(&mut self) -> Option<PeerLesson> {
@@ -932,6 +1008,9 @@ impl Strategy for Adaptive {
         // range's, nor a partial answer to this client's own probe of the
         // request size (regrowth past what the table has admitted at once).
         let foreign = fb.throttled && !fb.key_range && !self.size.probes(fb.sent_units);
+        if foreign {
+            self.last_foreign = Some(fb.now);
+        }
         self.throttled_lately += (f64::from(u8::from(foreign)) - self.throttled_lately) / RARE_OVER;
         self.lately.add(fb.now, fb.accepted_units);
         self.watch_slots(fb, foreign);

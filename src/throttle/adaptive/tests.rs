@@ -1310,3 +1310,80 @@ fn the_first_halving_and_a_settled_cut_are_taught_once_with_their_level() {
     assert_eq!(settled.lesson, Lesson::Settled);
     assert!(settled.level > 0.0 && settled.level < 1.0, "{settled:?}");
 }
+
+#[test]
+fn throttled_while_its_job_paces_far_under_its_shares_a_worker_keeps_near_its_part_of_the_job() {
+    let mut a = Adaptive::new(together());
+    let fair = 200.0 / 3.0 * 0.98;
+    let mut t = 0;
+    while t < 3_000 {
+        let r = a.rate().unwrap();
+        a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
+        t += 100;
+    }
+    let s = Duration::from_millis;
+    // Before any throttle, the job's pace says nothing: no other writer
+    // was met.
+    a.job_part(s(t), Some(20.0));
+    assert!((a.rate().unwrap() - fair).abs() < 1e-6);
+    // Throttled (the first halving, to 32.7), with the job at 0.3 of its
+    // shares: at most 1.25 of its part.
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 0.0, 0.0)
+    });
+    assert!((a.rate().unwrap() - 25.0).abs() < 1e-9, "{:?}", a.rate());
+    // A job at 0.6 of its shares or more is not held.
+    a.job_part(s(t), Some(0.7 * fair));
+    a.after_attempt(&third_of_200(t + 100, 2.5, 2.5));
+    assert!(a.rate().unwrap() >= 25.0);
+    // Cut again and again, at least half its part.
+    for i in 1..=20 {
+        t += 1_100;
+        a.job_part(s(t), Some(30.0));
+        a.after_attempt(&Feedback {
+            throttled: true,
+            ..third_of_200(t, 1.0, 0.0)
+        });
+        assert!(a.rate().unwrap() >= 15.0 - 1e-9, "cut {i}: {:?}", a.rate());
+    }
+    // Its part heard long ago holds nothing.
+    t += 3_100;
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 1.0, 0.0)
+    });
+    assert!(a.rate().unwrap() < 15.0, "{:?}", a.rate());
+    // Nor does a part heard after 30 s with no throttle.
+    t += 31_000;
+    a.job_part(s(t), Some(30.0));
+    assert!(a.rate().unwrap() < 15.0, "not raised: {:?}", a.rate());
+}
+
+#[test]
+fn on_a_parted_table_or_by_default_the_job_pace_holds_no_worker() {
+    for (cfg, parted) in [(together(), true), (AdaptiveConfig::default(), false)] {
+        let mut a = Adaptive::new(cfg);
+        let mut t = 0;
+        while t < 3_000 {
+            let r = a.rate().unwrap();
+            a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
+            t += 100;
+        }
+        a.after_attempt(&Feedback {
+            throttled: true,
+            parted,
+            ..third_of_200(t, 0.0, 0.0)
+        });
+        let r = a.rate().unwrap();
+        a.job_part(Duration::from_millis(t), Some(10.0));
+        assert_eq!(a.rate().unwrap(), r);
+    }
+}
+
+fn together() -> AdaptiveConfig {
+    AdaptiveConfig {
+        keep_together: true,
+        ..AdaptiveConfig::default()
+    }
+}
