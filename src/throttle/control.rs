@@ -487,8 +487,17 @@ impl Control {
     /// busy peer heard): the strategy is told (see [`Strategy::job_part`]).
     pub fn job_part(&self, part: Option<f64>) {
         let now = self.now();
-        self.strategy.lock().job_part(now, part);
-        self.steer();
+        let moved = {
+            let mut s = self.strategy.lock();
+            let before = s.rate();
+            s.job_part(now, part);
+            s.rate() != before
+        };
+        // Heard at every turn of the lessons' reader: the pacer is steered
+        // only where the rate moved.
+        if moved {
+            self.steer();
+        }
     }
 
     /// This worker's parts of each period of the fleet's time slots (None:
