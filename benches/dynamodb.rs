@@ -471,8 +471,8 @@ fn on_own_thread(
 
 /// Another writer: PutItem of 1 WCU items at `rate`/s over [`LIVE_KEYS`]
 /// keys (with `sort_key`, sort key -1, apart from the job's records), from
-/// four lanes on one schedule, the SDK's retries off, until `stop` is set (dropping the [`StopOnDrop`] that
-/// holds it).
+/// four lanes on one schedule, the SDK's retries off, until `stop` is set
+/// (dropping the [`StopOnDrop`] that holds it).
 fn live_writer(
     endpoint: String,
     table: String,

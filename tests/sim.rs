@@ -891,3 +891,31 @@ fn under_a_heavy_neighbour_a_job_kept_together_starves_no_worker() {
         }
     }
 }
+
+/// Jobs that do not split (`split_with_jobs = false`) send no beats, so
+/// they cannot keep their workers together: with a neighbour at 60 of the
+/// two jobs' 200 WCU/s, `keep_together` scores as the default does. (The
+/// simulator beat for them too until 2026-12-02: 2.94% throttled against
+/// 4.15%, seeds 1-8, a configuration the worker cannot run.)
+#[test]
+fn jobs_that_do_not_split_send_no_beats_to_keep_together_by() {
+    let mut sc = sim::load(&scenario("two-jobs")).unwrap();
+    sc.server.foreign_per_s = 60.0;
+    sc.clients.split_jobs = false;
+    sc.strategies
+        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
+    let mut together = sc.strategies[0].clone();
+    together.insert("label".into(), "adaptive-together".into());
+    together.insert("keep_together".into(), true.into());
+    sc.strategies.push(together);
+    for seed in 1..=2 {
+        sc.seed = seed;
+        let scores = sim::run(&sc).unwrap().scores;
+        let (d, t) = (by(&scores, "adaptive"), by(&scores, "adaptive-together"));
+        assert_eq!(
+            (d.throttled, d.requests),
+            (t.throttled, t.requests),
+            "seed {seed}"
+        );
+    }
+}

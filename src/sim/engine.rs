@@ -364,7 +364,9 @@ pub fn run(sc: &Scenario, strategy: &StrategyConfig, hot_keys: bool, mode: Mode)
             clock.advance(t - clock_at);
             clock_at = t;
         }
-        if lessons_after.is_some() && t >= next_beat {
+        // Beats go out with the lessons topic, where jobs split (as the
+        // worker's `split_with_jobs`).
+        if lessons_after.is_some() && sc.clients.split_jobs && t >= next_beat {
             job_beat(sc, &mut clients, t);
             next_beat = t + crate::throttle::jobs::BEAT;
         }

@@ -133,19 +133,18 @@ impl Jobs {
     /// with a fair share was heard, or its own share is unknown (see
     /// `Strategy::job_part`).
     pub fn job_part(&self, mine: &str, now: Duration, me: Beat) -> Option<f64> {
-        let peers: Vec<&Beat> = self
+        if me.fair.is_nan() || me.fair <= 0.0 {
+            return None;
+        }
+        let (peers, pace, fair) = self
             .heard
             .get(mine)?
             .values()
             .filter(|(t, b)| now.saturating_sub(*t) <= STALE && b.busy && b.fair > 0.0)
-            .map(|(_, b)| b)
-            .collect();
-        if peers.is_empty() || me.fair.is_nan() || me.fair <= 0.0 {
-            return None;
-        }
-        let pace = me.pace.max(0.0) + peers.iter().map(|b| b.pace.max(0.0)).sum::<f64>();
-        let fair = me.fair + peers.iter().map(|b| b.fair).sum::<f64>();
-        Some(pace * me.fair / fair)
+            .fold((0, me.pace.max(0.0), me.fair), |(n, p, f), (_, b)| {
+                (n + 1, p + b.pace.max(0.0), f + b.fair)
+            });
+        (peers > 0).then(|| pace * me.fair / fair)
     }
 
     /// `mine`'s split of a table of `capacity` units/s (None: unknown, as
@@ -303,6 +302,7 @@ mod tests {
             vec![(0.5, 0.625), (0.75, 1.0)]
         );
     }
+
     #[test]
     fn a_workers_part_of_its_jobs_pace_is_by_fair_share_over_its_busy_live_peers() {
         let beat = |busy, pace, fair| Beat {

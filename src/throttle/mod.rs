@@ -226,11 +226,11 @@ pub trait Strategy: Send + std::fmt::Debug {
     /// at it is no sign of a writer as large as the job.
     fn split_with_jobs(&mut self, _split: bool) {}
 
-    /// This client's part of what its job's busy workers wrote to the
-    /// table over the last beat, in units/s: their written rates summed,
-    /// times this client's fair share over theirs summed (None: not heard
-    /// lately). Strategies that settle under another writer use it to keep
-    /// a job's workers together (see `adaptive`).
+    /// This client's part of what its job's busy workers pace the table at,
+    /// in units/s, from their beats: their pacing rates summed, times this
+    /// client's fair share over theirs summed (None: no busy peer heard
+    /// lately). `adaptive` with `keep_together` keeps a job's workers
+    /// together by it.
     fn job_part(&mut self, _now: Duration, _part: Option<f64>) {}
 
     /// What the answers since the last call taught that the job's other

@@ -60,7 +60,8 @@ pub struct AdaptiveConfig {
     /// paces under 0.6 of its shares, keep each worker within 0.5-1.25 of
     /// its part of the job's pace (from the job's beats), so that none
     /// starves while its peers take what is free (`Strategy::job_part`).
-    /// Off by default: it costs shallow tables (see the README's "A job's
+    /// The beats need the lessons topic and `split_with_jobs` (both on by
+    /// default); without them this does nothing. Off by default: it costs shallow tables (see the README's "A job's
     /// workers kept together").
     pub keep_together: bool,
     /// Below this fraction of the fair share (capacity x share x target), a

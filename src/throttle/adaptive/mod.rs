@@ -223,8 +223,8 @@ const COLLISION_BELOW: f64 = 0.25;
 /// bounds are on the pace, not on what was written: a cap on what the job
 /// wrote ratchets down as throttles cut it (one seed of eight spiralled
 /// to 0.01 units/s). (`ingest sim`, seeds 1-24: heavy-neighbour 5.25% ->
-/// 4.10% throttled, the least client 0.00 -> 0.40; the neighbour at 100
-/// of 200 1.98% -> 1.07%; figures in the README's "A job's workers kept
+/// 4.14% throttled, the least client 0.00 -> 0.35; the neighbour at 100
+/// of 200 1.98% -> 0.94%; figures in the README's "A job's workers kept
 /// together".) Not on a parted table (`Feedback::parted`): a hot key range
 /// holds its workers apart for reasons of its own. Only where the job
 /// paces under `JOB_UNDER` of its shares: peers' requests meeting in a
@@ -369,8 +369,8 @@ pub struct Adaptive {
     /// Key ranges refused writes to the table lately (see
     /// `PARTED_REQUEST_S`), as of the last answer.
     parted: bool,
-    /// This client's part of what its job wrote over the last beat, and
-    /// when it was heard (see `Strategy::job_part`).
+    /// This client's part of what its job paces the table at, and when it
+    /// was heard (see `Strategy::job_part`).
     job_part: Option<(Duration, f64)>,
     /// The last throttle that said something of other writers (see
     /// `held_part`).

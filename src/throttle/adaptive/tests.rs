@@ -55,12 +55,7 @@ fn the_first_event_at_the_fair_share_halves_the_rate_and_later_ones_cut_by_decre
     // 3 s, then throttled (another job writes as much).
     let mut a = Adaptive::new(AdaptiveConfig::default());
     let fair = 200.0 / 3.0 * 0.98;
-    let mut t = 0;
-    while t < 3_000 {
-        let r = a.rate().unwrap();
-        a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
-        t += 100;
-    }
+    let mut t = written_whole_at_a_third(&mut a);
     assert!((a.rate().unwrap() - fair).abs() < 1e-6, "{:?}", a.rate());
     a.after_attempt(&Feedback {
         throttled: true,
@@ -828,6 +823,18 @@ fn third_of_200(ms: u64, sent: f64, written: f64) -> Feedback {
     share_of_200(1.0 / 3.0, ms, sent, written)
 }
 
+/// 3 s of answers written whole, every 100 ms, to a client with a third of
+/// a 200 WCU/s table, at its rate: the time after them (ms).
+fn written_whole_at_a_third(a: &mut Adaptive) -> u64 {
+    let mut t = 0;
+    while t < 3_000 {
+        let r = a.rate().unwrap();
+        a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
+        t += 100;
+    }
+    t
+}
+
 /// At `ms`, a partial answer (2 of 5 units) to a client with a third of a
 /// 200 WCU/s table, then 5.5 s of whole answers at its rate: the rate the
 /// answer left, and the rate after.
@@ -1315,12 +1322,7 @@ fn the_first_halving_and_a_settled_cut_are_taught_once_with_their_level() {
 fn throttled_while_its_job_paces_far_under_its_shares_a_worker_keeps_near_its_part_of_the_job() {
     let mut a = Adaptive::new(together());
     let fair = 200.0 / 3.0 * 0.98;
-    let mut t = 0;
-    while t < 3_000 {
-        let r = a.rate().unwrap();
-        a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
-        t += 100;
-    }
+    let mut t = written_whole_at_a_third(&mut a);
     let s = Duration::from_millis;
     // Before any throttle, the job's pace says nothing: no other writer
     // was met.
@@ -1364,12 +1366,7 @@ fn throttled_while_its_job_paces_far_under_its_shares_a_worker_keeps_near_its_pa
 fn on_a_parted_table_or_by_default_the_job_pace_holds_no_worker() {
     for (cfg, parted) in [(together(), true), (AdaptiveConfig::default(), false)] {
         let mut a = Adaptive::new(cfg);
-        let mut t = 0;
-        while t < 3_000 {
-            let r = a.rate().unwrap();
-            a.after_attempt(&third_of_200(t, r / 10.0, r / 10.0));
-            t += 100;
-        }
+        let t = written_whole_at_a_third(&mut a);
         a.after_attempt(&Feedback {
             throttled: true,
             parted,
