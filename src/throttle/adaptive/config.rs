@@ -61,8 +61,9 @@ pub struct AdaptiveConfig {
     /// its part of the job's pace (from the job's beats), so that none
     /// starves while its peers take what is free (`Strategy::job_part`).
     /// The beats need the lessons topic and `split_with_jobs` (both on by
-    /// default); without them this does nothing. Off by default: it costs shallow tables (see the README's "A job's
-    /// workers kept together").
+    /// default); without them this does nothing. On by default since
+    /// 2026-12-02 (its cost, on a shallow bucket that also has another
+    /// writer, is in the README's "A job's workers kept together").
     pub keep_together: bool,
     /// Below this fraction of the fair share (capacity x share x target), a
     /// partial answer is not a rate signal: the request is too large.
@@ -112,7 +113,7 @@ impl Default for AdaptiveConfig {
             cushion_empty_gain: 0.6,
             shrink_requests: true,
             time_slots: true,
-            keep_together: false,
+            keep_together: true,
             slow_below: 0.5,
             size_hold_s: 30.0,
             size_grow: 1.25,

@@ -1363,8 +1363,12 @@ fn throttled_while_its_job_paces_far_under_its_shares_a_worker_keeps_near_its_pa
 }
 
 #[test]
-fn on_a_parted_table_or_by_default_the_job_pace_holds_no_worker() {
-    for (cfg, parted) in [(together(), true), (AdaptiveConfig::default(), false)] {
+fn on_a_parted_table_or_with_keep_together_off_the_job_pace_holds_no_worker() {
+    let apart = AdaptiveConfig {
+        keep_together: false,
+        ..AdaptiveConfig::default()
+    };
+    for (cfg, parted) in [(together(), true), (apart, false)] {
         let mut a = Adaptive::new(cfg);
         let t = written_whole_at_a_third(&mut a);
         a.after_attempt(&Feedback {
@@ -1378,6 +1382,8 @@ fn on_a_parted_table_or_by_default_the_job_pace_holds_no_worker() {
     }
 }
 
+/// The default, which keeps a job's workers together (spelled out, as the
+/// tests of the rule are of it, not of the default).
 fn together() -> AdaptiveConfig {
     AdaptiveConfig {
         keep_together: true,
