@@ -43,6 +43,13 @@ fn default_over(mut sc: sim::scenario::Scenario, seeds: u64) -> (Vec<Score>, f64
     (scores, throttled as f64 / requests as f64)
 }
 
+/// The least and the mean utilization over `scores` (one per seed).
+fn spread(scores: &[Score]) -> (f64, f64) {
+    let u = scores.iter().map(|s| s.utilization);
+    let least = u.clone().fold(1.0_f64, f64::min);
+    (least, u.sum::<f64>() / scores.len() as f64)
+}
+
 fn by<'a>(scores: &'a [Score], label: &str) -> &'a Score {
     scores
         .iter()
@@ -614,8 +621,7 @@ fn three_workers_on_a_bucket_of_a_tenth_of_a_second_use_most_of_it() {
     for units in [15.0, 20.0, 30.0, 40.0] {
         sc.server.capacity = Some(units);
         let (scores, rate) = default_over(sc.clone(), 24);
-        let least = scores.iter().map(|s| s.utilization).fold(1.0_f64, f64::min);
-        let mean = scores.iter().map(|s| s.utilization).sum::<f64>() / 24.0;
+        let (least, mean) = spread(&scores);
         assert!(
             least >= 0.55,
             "{units} units: the least seed used {least:.3}"
@@ -795,38 +801,26 @@ fn a_label_with_a_comma_is_one_column_of_the_trace() {
 /// 80.6% against 80.6%).
 #[test]
 fn lessons_shared_within_a_job_cut_throttles_under_a_neighbour_and_cost_nothing_shallow() {
-    let totals = |mut sc: sim::scenario::Scenario, lessons_ms: f64| {
+    // Throttled share, (least, mean) utilization over seeds 1 to `seeds`.
+    let totals = |sc: &sim::scenario::Scenario, lessons_ms: f64, seeds: u64| {
+        let mut sc = sc.clone();
         sc.clients.lessons_ms = lessons_ms;
-        let (scores, rate) = default_over_seeds(sc);
-        (
-            rate,
-            scores.iter().map(|s| s.utilization).collect::<Vec<_>>(),
-        )
+        let (scores, rate) = default_over(sc, seeds);
+        (rate, spread(&scores))
     };
     let neighbour = sim::load(&scenario("neighbour")).unwrap();
-    let (alone, alone_util) = totals(neighbour.clone(), -1.0);
-    let (shared, shared_util) = totals(neighbour, 50.0);
+    let (alone, (alone_least, _)) = totals(&neighbour, -1.0, 8);
+    let (shared, (shared_least, _)) = totals(&neighbour, 50.0, 8);
     assert!(shared < 0.85 * alone, "{shared} vs {alone}");
-    let least = |u: &[f64]| u.iter().cloned().fold(1.0, f64::min);
     assert!(
-        least(&shared_util) >= least(&alone_util) - 0.01,
-        "{shared_util:?} vs {alone_util:?}"
+        shared_least >= alone_least - 0.01,
+        "least {shared_least} vs {alone_least}"
     );
     let mut shallow = sim::load(&scenario("shallow-bucket")).unwrap();
     shallow.clients.count = 3;
     shallow.server.capacity = Some(20.0);
-    let over_24 = |lessons_ms: f64| {
-        let mut sc = shallow.clone();
-        sc.clients.lessons_ms = lessons_ms;
-        let u: Vec<f64> = default_over(sc, 24)
-            .0
-            .iter()
-            .map(|s| s.utilization)
-            .collect();
-        (least(&u), u.iter().sum::<f64>() / 24.0)
-    };
-    let (alone_least, alone_mean) = over_24(-1.0);
-    let (shared_least, shared_mean) = over_24(50.0);
+    let (_, (alone_least, alone_mean)) = totals(&shallow, -1.0, 24);
+    let (_, (shared_least, shared_mean)) = totals(&shallow, 50.0, 24);
     assert!(
         shared_least >= alone_least - 0.005 && shared_mean >= alone_mean - 0.005,
         "least {shared_least} vs {alone_least}, mean {shared_mean} vs {alone_mean}"
@@ -846,7 +840,7 @@ fn jobs_that_hear_each_other_split_the_table_instead_of_meeting_in_it() {
     let totals = |mut sc: sim::scenario::Scenario, split: bool| {
         sc.clients.split_jobs = split;
         let (scores, rate) = default_over_seeds(sc);
-        let util = scores.iter().map(|s| s.utilization).fold(1.0f64, f64::min);
+        let (util, _) = spread(&scores);
         let least_job = scores
             .iter()
             .flat_map(|s| s.group_shares.iter().copied())
@@ -917,9 +911,8 @@ fn under_a_heavy_neighbour_a_job_kept_together_starves_no_worker() {
 /// Jobs that do not split (`split_with_jobs = false`) send no beats, so
 /// they cannot keep their workers together: with a neighbour at 60 of the
 /// two jobs' 200 WCU/s, `keep_together` (the default) scores as it does
-/// off. (The
-/// simulator beat for them too until 2026-12-02: 2.94% throttled against
-/// 4.15%, seeds 1-8, a configuration the worker cannot run.)
+/// off. (The simulator beat for them too until 2026-12-02: 2.94% throttled
+/// against 4.15%, seeds 1-8, a configuration the worker cannot run.)
 #[test]
 fn jobs_that_do_not_split_send_no_beats_to_keep_together_by() {
     let mut sc = sim::load(&scenario("two-jobs")).unwrap();
