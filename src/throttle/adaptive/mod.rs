@@ -528,7 +528,12 @@ impl Adaptive {
             .expected
             .is_some_and(|prev| (e / prev - 1.0).abs() > SETTLE_RESET)
         {
-            // A new capacity: what the throttles taught is stale.
+            // A new capacity: what the throttles taught is stale, and so
+            // are the other writers' throttles that hold the job together
+            // (`held_part`): held at 1.25 of its part of a job paced by
+            // the old table, a worker climbed a step up to 300 WCU/s a
+            // quarter at a time (test `a_step_up_in_capacity_releases_a_held_worker`).
+            self.last_foreign = None;
             self.load_window = (0, 0);
             self.heavy = false;
             self.oversubscribed = false;
@@ -818,7 +823,8 @@ impl Adaptive {
     /// This client's part of what its job paces the table at, where it
     /// keeps the job's workers together (see `JOB_ABOVE`): heard within
     /// `jobs::STALE` of `at`, on a table that is not parted, after a
-    /// throttle of other writers' within `settle_s`, and under `JOB_UNDER`
+    /// throttle of other writers' within `settle_s` (and since the last
+    /// capacity change: see `follow`), and under `JOB_UNDER`
     /// of the fair share (the job as a whole paces far under its shares:
     /// the table has less free than them).
     fn held_part(&self, at: Duration) -> Option<f64> {

@@ -1362,6 +1362,40 @@ fn throttled_while_its_job_paces_far_under_its_shares_a_worker_keeps_near_its_pa
     assert!(a.rate().unwrap() < 15.0, "not raised: {:?}", a.rate());
 }
 
+/// A new capacity makes the other writers' throttles stale, as it does what
+/// they taught: a held worker follows a step up at once, not at 1.25 of
+/// its part of a job whose pace the old table set. (`ingest sim`, the
+/// capacity step with a neighbour at 60 and no burst credit, seeds 1-24:
+/// held, the job wrote 144 units/s in the 30 s after the step to 300
+/// instead of 226 in seed 13, and 2.5% fewer units over the run.)
+#[test]
+fn a_step_up_in_capacity_releases_a_held_worker() {
+    let mut a = Adaptive::new(together());
+    let t = written_whole_at_a_third(&mut a);
+    let s = Duration::from_millis;
+    a.after_attempt(&Feedback {
+        throttled: true,
+        ..third_of_200(t, 0.0, 0.0)
+    });
+    a.job_part(s(t), Some(20.0));
+    assert!(
+        (a.rate().unwrap() - 25.0).abs() < 1e-9,
+        "held: {:?}",
+        a.rate()
+    );
+    // The table triples; the job's pace heard is still the old table's.
+    a.after_attempt(&Feedback {
+        sent_units: 2.5,
+        written_units: 2.5,
+        share: Some(1.0 / 3.0),
+        ..at(t + 100, false, 2.5, Some(600.0))
+    });
+    a.job_part(s(t + 100), Some(20.0));
+    // Scaled by the step (and its climb over 100 ms), not held at 25.
+    let r = a.rate().unwrap();
+    assert!((75.0..76.0).contains(&r), "{r}");
+}
+
 #[test]
 fn on_a_parted_table_or_with_keep_together_off_the_job_pace_holds_no_worker() {
     let apart = AdaptiveConfig {
