@@ -82,7 +82,11 @@
 //!   requests meeting peers' in a shallow bucket, which fast recovery
 //!   handles better; unless the throttles are many (`watch_load`: more than
 //!   8% of 100 answers twice running), which says the table has less free
-//!   than the shares whatever its bucket. Nor when the table gave this
+//!   than the shares whatever its bucket, or the job is kept together far
+//!   under its shares (`SETTLE_HELD_UNDER`: a bucket another writer keeps
+//!   low admits little at once too), until a settle there fails
+//!   (`SETTLE_FAILED`: throttles that follow the rate down say the bucket
+//!   is small after all). Nor when the table gave this
 //!   client its share lately (`given_share`: it accepted 90% of it over
 //!   the last `settle_s`, having run that long, and under 3% of its
 //!   answers were throttled): a
