@@ -17,7 +17,9 @@
 //!   its share of the capacity (but see below), is a *size* signal:
 //!   the server admitted `accepted` units at once, so requests carry at most
 //!   that much from now on (and always one whole item), for `hold` at least;
-//!   the rate controller does not cut for it;
+//!   the rate controller does not cut for it (but for a job kept together
+//!   far under its shares, whose worker above its part cuts a tenth:
+//!   `SIZE_CUT` in the controller);
 //! - a partial answer to a request within the proven size, at a normal rate,
 //!   is a rate signal (the server's bucket was low, not small: the server
 //!   has admitted as much at once before; another writer or our own pace
