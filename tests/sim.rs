@@ -918,18 +918,27 @@ fn under_a_heavy_neighbour_a_job_kept_together_starves_no_worker() {
 /// all (2.18% since). Begun at the start, a settle follows the level down.
 #[test]
 fn under_a_heavy_neighbour_a_settle_begun_at_the_start_follows_the_job_down() {
+    let sc = sim::load(&scenario("heavy-neighbour")).unwrap();
+    let (_, throttled) = default_over(sc, 24);
+    assert!(throttled <= 0.024, "{:.2}% throttled", 100.0 * throttled);
+}
+
+/// A neighbour writing 180 of a 200 WCU/s table leaves each of the job's
+/// three workers a tenth of its share, under `COLLISION_BELOW`, where a
+/// throttle on a table that admits little at once is read as peers'
+/// requests meeting and cut nothing: the workers paced at the line, asked
+/// for nearly twice the 20 units/s free and were refused on 24.1% of their
+/// requests (seeds 1-8). Held that far under its shares, the job meets
+/// another writer, not its peers: a collision brings the rate down to what
+/// was accepted (6.3%, and as much written).
+#[test]
+fn under_a_neighbour_writing_nine_tenths_a_job_held_far_under_its_shares_comes_down() {
     let mut sc = sim::load(&scenario("heavy-neighbour")).unwrap();
-    sc.strategies
-        .retain(|s| s["name"].as_str() == Some("adaptive") && s.get("label").is_none());
-    let (mut throttled, mut requests) = (0, 0);
-    for seed in 1..=24 {
-        sc.seed = seed;
-        let s = sim::run(&sc).unwrap().scores;
-        let s = by(&s, "adaptive");
-        (throttled, requests) = (throttled + s.throttled, requests + s.requests);
-    }
-    let rate = throttled as f64 / requests as f64;
-    assert!(rate <= 0.024, "{:.2}% throttled", 100.0 * rate);
+    sc.server.foreign_per_s = 180.0;
+    let (scores, throttled) = default_over_seeds(sc);
+    let (least, _) = spread(&scores);
+    assert!(throttled <= 0.1, "{:.2}% throttled", 100.0 * throttled);
+    assert!(least >= 0.95, "of what is free: least {least:.3}");
 }
 
 /// A job kept together under another writer settles even where the table

@@ -210,6 +210,14 @@ const SLOTTED_S: f64 = 0.1;
 /// signal's `slow_below`): two jobs on one table put every worker there,
 /// and their throttles are rate signals (`ingest sim`'s two-jobs, seed 8:
 /// 4.4% throttled instead of 1.7%).
+/// Except while the whole job is held under this part of its shares
+/// (`held_part`: kept together, other writers' throttles lately): then it
+/// is another writer that refuses, not peers that take their shares, and
+/// at the line the job asked for nearly twice what it was given (a
+/// neighbour writing 180 of 200 WCU/s: 25.0% of its requests refused,
+/// `ingest sim`, seeds 1-24). There a collision brings the rate down to
+/// what the window accepted, once per `cooldown`, with no event, settle
+/// or lesson: 6.6%, and as much written.
 const COLLISION_BELOW: f64 = 0.25;
 
 /// A job's workers kept together (`keep_together`, on by default since
@@ -1211,6 +1219,26 @@ impl Strategy for Adaptive {
                 self.held_part(fb.now)
                     .is_some_and(|p| p < SIZE_CUT_UNDER * f && self.rate > p)
             });
+        // A collision while the whole job is held under `COLLISION_BELOW`
+        // of its shares: down to what was accepted (see there).
+        let held_under = fair.is_some_and(|f| {
+            self.held_part(fb.now)
+                .is_some_and(|p| p < COLLISION_BELOW * f)
+        });
+        if fb.throttled
+            && collision
+            && held_under
+            && fb.now.saturating_sub(first_seen) >= window
+            && since.is_none_or(|s| s >= cooldown)
+        {
+            let accepted = self.accepted_rate(fb.now);
+            if accepted < self.rate {
+                self.rate = accepted;
+                self.last_decrease = Some(fb.now);
+                self.metrics.went_down += 1;
+                self.rule = "collision_held";
+            }
+        }
         if fb.throttled && (!size_signal || size_cut) && !collision {
             // The accepted rate means something only over a full window.
             let measured = if fb.now.saturating_sub(first_seen) >= window {
