@@ -187,6 +187,15 @@ impl Dist {
             Dist::Uniform { min, max } => (min + max) / 2.0,
         }
     }
+
+    /// The largest value drawn.
+    pub fn max(&self) -> f64 {
+        match self {
+            Dist::Fixed(v) => *v,
+            Dist::Choice(v) => v.iter().copied().fold(f64::MIN, f64::max),
+            Dist::Uniform { max, .. } => *max,
+        }
+    }
 }
 
 /// What the clients do.
@@ -360,6 +369,20 @@ impl Scenario {
         }
         self.validate_server()?;
         self.validate_clients()?;
+        // An item the server can never admit whole would hold its client
+        // for the whole run: a shape no strategy can write, not a score.
+        let largest = self.clients.cost.max().ceil();
+        if let Some(at_once) = self.admits_at_once().filter(|a| largest > a + 1e-9) {
+            return bad(format!(
+                "clients.cost = {:?}: an item of {largest} units can never be written, the server admits at most {at_once:.2} at once (its bucket{}, no burst credit)",
+                self.clients.cost,
+                if self.server.foreign_per_s > 0.0 {
+                    " less the other writer's part of it"
+                } else {
+                    ""
+                }
+            ));
+        }
         if let Some(cl) = &self.clear {
             if !(cl.start_sleep_s > 0.0 && cl.requests > 0.0 && cl.stop_at_remaining >= 0.0) {
                 return bad(
@@ -372,6 +395,20 @@ impl Scenario {
         }
         self.entries()?;
         Ok(())
+    }
+
+    /// The most the server admits in one request at the start, where no
+    /// burst credit can add to it (None: not bounded so here).
+    fn admits_at_once(&self) -> Option<f64> {
+        let sv = &self.server;
+        let size = sv.capacity.unwrap_or(sv.refill_per_s);
+        match sv.model {
+            Model::TokenBucket => Some(size),
+            Model::Dynamodb if sv.burst_credit_s == 0.0 && sv.refill_per_s > 0.0 => {
+                Some(size * (sv.refill_per_s - sv.foreign_per_s) / sv.refill_per_s)
+            }
+            _ => None,
+        }
     }
 
     fn validate_server(&self) -> Result<(), SimError> {
@@ -680,6 +717,38 @@ mod tests {
             let err = Scenario::parse(&text).unwrap_err().to_string();
             assert!(err.contains(want), "{to:?}: {err}");
         }
+    }
+
+    #[test]
+    fn an_item_the_server_never_admits_whole_is_an_error() {
+        let dynamo = |foreign: u32, credit: u32| {
+            MINIMAL
+                .replace("token-bucket", "dynamodb")
+                .replace("capacity = 100", "capacity = 10")
+                .replace(
+                    "refill_per_s = 1",
+                    &format!(
+                        "refill_per_s = 200\nforeign_per_s = {foreign}\nburst_credit_s = {credit}"
+                    ),
+                )
+                .replace("count = 2", "count = 2\ncost = [1, 5]")
+        };
+        // A 10-unit bucket of which the other writer's part leaves 2.5.
+        let err = Scenario::parse(&dynamo(150, 0)).unwrap_err().to_string();
+        assert!(
+            err.contains("an item of 5 units can never be written")
+                && err.contains("at most 2.50 at once"),
+            "{err}"
+        );
+        // It leaves 7 units; or burst credit can add to it.
+        assert!(Scenario::parse(&dynamo(60, 0)).is_ok());
+        assert!(Scenario::parse(&dynamo(150, 300)).is_ok());
+        let tokens = MINIMAL.replace("capacity = 100", "capacity = 3");
+        let err = Scenario::parse(&tokens.replace("count = 2", "count = 2\ncost = 4"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("an item of 4 units"), "{err}");
+        assert!(Scenario::parse(&tokens.replace("count = 2", "count = 2\ncost = 3")).is_ok());
     }
 
     #[test]
