@@ -941,6 +941,30 @@ fn under_a_neighbour_writing_nine_tenths_a_job_held_far_under_its_shares_comes_d
     assert!(least >= 0.95, "of what is free: least {least:.3}");
 }
 
+/// One worker alone under a neighbour writing 150 (or 180) of a 200 WCU/s
+/// table: it has no peers' beats, so nothing held it together, and at a
+/// quarter (a tenth) of its share every partial answer was a size signal
+/// that cut nothing, and the fast recovery took it back toward its share
+/// within seconds: 33.4% (63.5%) of its requests refused (seeds 1-8).
+/// Alone, a worker is its own job, its part what the table gave it lately:
+/// it settles, cuts on such answers, and is held at what it is given.
+#[test]
+fn a_worker_alone_under_a_heavy_neighbour_is_its_own_job() {
+    for (foreign, most) in [(150.0, 0.15), (180.0, 0.1)] {
+        let mut sc = sim::load(&scenario("heavy-neighbour")).unwrap();
+        sc.server.foreign_per_s = foreign;
+        sc.clients.count = 1;
+        let (scores, throttled) = default_over_seeds(sc);
+        let (least, _) = spread(&scores);
+        assert!(
+            throttled <= most,
+            "neighbour at {foreign}: {:.2}% throttled",
+            100.0 * throttled
+        );
+        assert!(least >= 0.94, "neighbour at {foreign}: least {least:.3}");
+    }
+}
+
 /// A job kept together under another writer settles even where the table
 /// reads as shallow (its requests shrink in the bucket the writer keeps
 /// low), unless a settle fails: throttles that follow the rate down are

@@ -149,7 +149,9 @@
 //!   and the job as a whole paces under `JOB_UNDER` of its shares, a worker
 //!   paces within `JOB_BELOW`-`JOB_ABOVE` of its part of the job's pace
 //!   (from the job's beats: `Strategy::job_part`), so that no worker
-//!   starves while its peers take what is free.
+//!   starves while its peers take what is free. A worker alone in its job
+//!   is its job: its part is what the table accepted of it lately, so the
+//!   rules for a job held far under its shares hold for it too.
 //!
 //! Returns no delay itself after an attempt (the caller's pacer enforces
 //! `rate()`); the start splay is its only delay.
@@ -217,7 +219,15 @@ const SLOTTED_S: f64 = 0.1;
 /// neighbour writing 180 of 200 WCU/s: 25.0% of its requests refused,
 /// `ingest sim`, seeds 1-24). There a collision brings the rate down to
 /// what the window accepted, once per `cooldown`, with no event, settle
-/// or lesson: 6.6%, and as much written.
+/// or lesson: 6.6%, and as much written. A worker alone in its job (see
+/// `held_part`) is held there: its rate is set to what was accepted with
+/// no probe above it, and no fast recovery while so held (a neighbour at
+/// 170 or 180 of 200 WCU/s: 31.7% and 61.9% of a lone worker's requests
+/// refused, 6.9% and 7.5% so; lowered without the hold, it was back at
+/// the line by the fast recovery within seconds, and refused more often
+/// in all at 170). Not a job's workers: each one's window is noisy with
+/// its peers', and held so, three under a neighbour at 190 used 82.6% of
+/// what is free instead of 97.4%.
 const COLLISION_BELOW: f64 = 0.25;
 
 /// A job's workers kept together (`keep_together`, on by default since
@@ -948,12 +958,33 @@ impl Adaptive {
     /// throttle of other writers' within `settle_s` (and since the last
     /// capacity change: see `follow`), and under `JOB_UNDER`
     /// of the fair share (the job as a whole paces far under its shares:
-    /// the table has less free than them).
+    /// the table has less free than them). A worker alone in its job (its
+    /// share the whole table's, no peer heard) is its job, and its part is
+    /// what the table accepted of it over the last window: alone under a
+    /// neighbour writing 150 of 200 WCU/s, nothing held it, every partial
+    /// answer at a quarter of its share was a size signal, and the fast
+    /// recovery took it back toward its share within seconds (`ingest
+    /// sim`, seeds 1-24: 34.4% of its requests refused; 13.3% so).
     fn held_part(&self, at: Duration) -> Option<f64> {
         if !self.cfg.keep_together {
             return None;
         }
-        let (heard, part) = self.job_part?;
+        // Alone in its job (its share is the whole table's), a worker is
+        // its job: its part is what the table gave it over the last
+        // window, once it has run one.
+        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
+        let alone = self
+            .expected
+            .zip(self.capacity)
+            .is_some_and(|(e, c)| e >= 0.999 * c)
+            && self
+                .first_seen
+                .is_some_and(|f| at.saturating_sub(f) >= window);
+        let (heard, part) = match self.job_part {
+            Some(heard) => heard,
+            None if alone => (at, self.accepted_rate(at)),
+            None => return None,
+        };
         let fair = self.expected? * self.cfg.target_fraction;
         let lately = Duration::from_secs_f64(self.cfg.settle_s);
         (at.saturating_sub(heard) <= super::jobs::STALE
@@ -1233,9 +1264,15 @@ impl Strategy for Adaptive {
         {
             let accepted = self.accepted_rate(fb.now);
             if accepted < self.rate {
-                self.rate = accepted;
-                self.last_decrease = Some(fb.now);
-                self.metrics.went_down += 1;
+                if self.job_part.is_none() {
+                    // Alone: held at what the table gives it (see
+                    // `COLLISION_BELOW`).
+                    self.cut(fb.now, accepted, 1.0);
+                } else {
+                    self.rate = accepted;
+                    self.last_decrease = Some(fb.now);
+                    self.metrics.went_down += 1;
+                }
                 self.rule = "collision_held";
             }
         }
@@ -1315,7 +1352,9 @@ impl Strategy for Adaptive {
                 // writer jumped back to its share within 5 s when its
                 // lesson expired, into that writer (`make bench-dynamodb`,
                 // a live writer at 150 of 200 WCU/s: 9 to 82 WCU/s).
-                (_, _, Some(f)) if self.rate < f && !learned => {
+                (_, _, Some(f))
+                    if self.rate < f && !learned && !(held_under && self.job_part.is_none()) =>
+                {
                     self.rule = "recover";
                     // (A fair share implies a known capacity; the last
                     // cut left the rate at w_max x last_cut.)
