@@ -108,6 +108,17 @@ pub struct Server {
 }
 
 impl Server {
+    /// The units the table's bucket holds: `capacity` (default one second
+    /// of the refill); on a DynamoDB table less the other writer's part of
+    /// it, whose steady share never reaches the bucket.
+    pub fn bucket_units(&self) -> f64 {
+        let size = self.capacity.unwrap_or(self.refill_per_s);
+        match self.model {
+            Model::Dynamodb => size * (self.refill_per_s - self.foreign_per_s) / self.refill_per_s,
+            _ => size,
+        }
+    }
+
     /// Each partition's bucket, seconds of its maximum: `partition_burst_s`,
     /// or the table's bucket's (1 s on an on-demand table).
     pub fn partition_depth_s(&self) -> f64 {
@@ -401,11 +412,10 @@ impl Scenario {
     /// burst credit can add to it (None: not bounded so here).
     fn admits_at_once(&self) -> Option<f64> {
         let sv = &self.server;
-        let size = sv.capacity.unwrap_or(sv.refill_per_s);
         match sv.model {
-            Model::TokenBucket => Some(size),
+            Model::TokenBucket => Some(sv.bucket_units()),
             Model::Dynamodb if sv.burst_credit_s == 0.0 && sv.refill_per_s > 0.0 => {
-                Some(size * (sv.refill_per_s - sv.foreign_per_s) / sv.refill_per_s)
+                Some(sv.bucket_units())
             }
             _ => None,
         }

@@ -82,7 +82,7 @@ impl Server {
         schedule.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let (kind, initial) = match cfg.model {
             Model::TokenBucket => {
-                let size = cfg.capacity.unwrap_or(cfg.refill_per_s);
+                let size = cfg.bucket_units();
                 let tokens = cfg.initial.unwrap_or(0.0).min(size);
                 let kind = Kind::Tokens(Tokens {
                     size,
@@ -95,7 +95,7 @@ impl Server {
             Model::Dynamodb => {
                 // The other writer's steady share never reaches the bucket.
                 let rate = cfg.refill_per_s - cfg.foreign_per_s;
-                let size = cfg.capacity.unwrap_or(cfg.refill_per_s) * rate / cfg.refill_per_s;
+                let size = cfg.bucket_units();
                 let mut b = Bucket::new(rate, size / rate, cfg.burst_credit_s, Duration::ZERO);
                 let full = b.available(Duration::ZERO);
                 let initial = cfg.initial.unwrap_or(full).min(full);

@@ -360,6 +360,15 @@ const SIZE_CUT: f64 = 0.9;
 /// at 0.35 it scores as without the rule.
 const SIZE_CUT_UNDER: f64 = 0.35;
 
+/// What `Adaptive::held` says of a worker held with its job.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// Its part of the job's pace (alone: what the table accepted of it).
+    part: f64,
+    /// It is alone in its job.
+    alone: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Adaptive {
     cfg: AdaptiveConfig,
@@ -966,23 +975,20 @@ impl Adaptive {
     /// recovery took it back toward its share within seconds (`ingest
     /// sim`, seeds 1-24: 34.4% of its requests refused; 13.3% so).
     fn held_part(&self, at: Duration) -> Option<f64> {
+        self.held(at).map(|h| h.part)
+    }
+
+    /// `held_part`, and whether this worker is alone in its job.
+    fn held(&self, at: Duration) -> Option<Held> {
         if !self.cfg.keep_together {
             return None;
         }
-        // Alone in its job (its share is the whole table's), a worker is
-        // its job: its part is what the table gave it over the last
-        // window, once it has run one.
-        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
-        let alone = self
-            .expected
-            .zip(self.capacity)
-            .is_some_and(|(e, c)| e >= 0.999 * c)
-            && self
-                .first_seen
-                .is_some_and(|f| at.saturating_sub(f) >= window);
-        let (heard, part) = match self.job_part {
-            Some(heard) => heard,
-            None if alone => (at, self.accepted_rate(at)),
+        let (heard, part, alone) = match self.job_part {
+            Some((heard, part)) => (heard, part, false),
+            // Alone in its job (its share is the whole table's), a worker
+            // is its job: its part is what the table gave it over the last
+            // window, once it has run one.
+            None if self.alone(at) => (at, self.accepted_rate(at), true),
             None => return None,
         };
         let fair = self.expected? * self.cfg.target_fraction;
@@ -993,7 +999,19 @@ impl Adaptive {
                 .last_foreign
                 .is_some_and(|t| at.saturating_sub(t) <= lately)
             && part < JOB_UNDER * fair)
-            .then_some(part)
+            .then_some(Held { part, alone })
+    }
+
+    /// Whether this worker's share is the whole table's and it has answers
+    /// from a whole window: no peer in its job (see `held`).
+    fn alone(&self, at: Duration) -> bool {
+        let window = Duration::from_secs_f64(self.cfg.window_ms / 1e3);
+        self.expected
+            .zip(self.capacity)
+            .is_some_and(|(e, c)| e >= 0.999 * c)
+            && self
+                .first_seen
+                .is_some_and(|f| at.saturating_sub(f) >= window)
     }
 
     /// Whether the rate is settled at `at` (see the module doc).
@@ -1243,30 +1261,28 @@ impl Strategy for Adaptive {
         } else {
             "hold"
         };
+        let held = self.held(fb.now);
         // A size signal that is also a rate signal (see `SIZE_CUT`).
         let size_cut = size_signal
             && fb.throttled
             && fair.is_some_and(|f| {
-                self.held_part(fb.now)
-                    .is_some_and(|p| p < SIZE_CUT_UNDER * f && self.rate > p)
+                held.is_some_and(|h| h.part < SIZE_CUT_UNDER * f && self.rate > h.part)
             });
-        // A collision while the whole job is held under `COLLISION_BELOW`
-        // of its shares: down to what was accepted (see there).
-        let held_under = fair.is_some_and(|f| {
-            self.held_part(fb.now)
-                .is_some_and(|p| p < COLLISION_BELOW * f)
-        });
+        // Held under `COLLISION_BELOW` of its shares: a collision brings the
+        // rate down to what was accepted, and a worker alone is held there
+        // (see `COLLISION_BELOW`).
+        let held_under = fair
+            .and_then(|f| held.filter(|h| h.part < COLLISION_BELOW * f))
+            .map(|h| h.alone);
         if fb.throttled
             && collision
-            && held_under
+            && held_under.is_some()
             && fb.now.saturating_sub(first_seen) >= window
             && since.is_none_or(|s| s >= cooldown)
         {
             let accepted = self.accepted_rate(fb.now);
             if accepted < self.rate {
-                if self.job_part.is_none() {
-                    // Alone: held at what the table gives it (see
-                    // `COLLISION_BELOW`).
+                if held_under == Some(true) {
                     self.cut(fb.now, accepted, 1.0);
                 } else {
                     self.rate = accepted;
@@ -1352,9 +1368,7 @@ impl Strategy for Adaptive {
                 // writer jumped back to its share within 5 s when its
                 // lesson expired, into that writer (`make bench-dynamodb`,
                 // a live writer at 150 of 200 WCU/s: 9 to 82 WCU/s).
-                (_, _, Some(f))
-                    if self.rate < f && !learned && !(held_under && self.job_part.is_none()) =>
-                {
+                (_, _, Some(f)) if self.rate < f && !learned && held_under != Some(true) => {
                     self.rule = "recover";
                     // (A fair share implies a known capacity; the last
                     // cut left the rate at w_max x last_cut.)
