@@ -119,6 +119,29 @@ impl Server {
         }
     }
 
+    /// (refill, the other writer's units/s) in force from the start and
+    /// after each step, in time order.
+    pub fn states(&self) -> Vec<(f64, f64)> {
+        self.states_at()
+            .into_iter()
+            .map(|(_, r, f)| (r, f))
+            .collect()
+    }
+
+    /// [`Self::states`], each with the time it takes effect (s).
+    fn states_at(&self) -> Vec<(f64, f64, f64)> {
+        let mut steps = self.schedule.clone();
+        steps.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        let mut now = (self.refill_per_s, self.foreign_per_s);
+        let mut out = vec![(0.0, now.0, now.1)];
+        for st in steps {
+            now.0 = st.refill_per_s.or(st.capacity).unwrap_or(now.0);
+            now.1 = st.foreign_per_s.unwrap_or(now.1);
+            out.push((st.at_s, now.0, now.1));
+        }
+        out
+    }
+
     /// Each partition's bucket, seconds of its maximum: `partition_burst_s`,
     /// or the table's bucket's (1 s on an on-demand table).
     pub fn partition_depth_s(&self) -> f64 {
@@ -149,7 +172,8 @@ pub struct Keys {
     pub routed: bool,
 }
 
-/// A capacity change at `at_s` (auto scaling).
+/// A change at `at_s`: of the capacity (auto scaling), or of what the other
+/// writer takes (the live application's traffic rising or falling).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
@@ -158,6 +182,9 @@ pub struct Step {
     pub refill_per_s: Option<f64>,
     #[serde(default)]
     pub capacity: Option<f64>,
+    /// dynamodb: the other writer's new units/s (see `Server::foreign_per_s`).
+    #[serde(default)]
+    pub foreign_per_s: Option<f64>,
 }
 
 /// A number, or a distribution drawn per use.
@@ -409,13 +436,21 @@ impl Scenario {
     }
 
     /// The most the server admits in one request at the start, where no
-    /// burst credit can add to it (None: not bounded so here).
+    /// burst credit can add to it, or after a step of the other writer's
+    /// (None: not bounded so here).
     fn admits_at_once(&self) -> Option<f64> {
         let sv = &self.server;
         match sv.model {
             Model::TokenBucket => Some(sv.bucket_units()),
             Model::Dynamodb if sv.burst_credit_s == 0.0 && sv.refill_per_s > 0.0 => {
-                Some(sv.bucket_units())
+                // The bucket keeps its depth in seconds through the steps.
+                let depth_s = sv.bucket_units() / (sv.refill_per_s - sv.foreign_per_s);
+                let least = sv
+                    .states()
+                    .into_iter()
+                    .map(|(refill, foreign)| (refill - foreign) * depth_s)
+                    .fold(f64::INFINITY, f64::min);
+                Some(least)
             }
             _ => None,
         }
@@ -504,15 +539,33 @@ impl Scenario {
                     st.at_s
                 ));
             }
-            if st.refill_per_s.is_none() && st.capacity.is_none() {
+            if st.refill_per_s.is_none() && st.capacity.is_none() && st.foreign_per_s.is_none() {
                 return bad(format!(
-                    "server.schedule[{i}]: give refill_per_s and/or capacity"
+                    "server.schedule[{i}]: give refill_per_s, capacity and/or foreign_per_s"
                 ));
             }
             if st.refill_per_s.is_some_and(|r| !positive(r))
                 || st.capacity.is_some_and(|c| !positive(c))
             {
                 return bad(format!("server.schedule[{i}]: values must be > 0"));
+            }
+            if let Some(f) = st.foreign_per_s {
+                if !non_negative(f) || sv.model != Model::Dynamodb || sv.partitions.is_some() {
+                    return bad(format!(
+                        "server.schedule[{i}].foreign_per_s = {f}: must be >= 0, and only for model = \"dynamodb\" without partitions"
+                    ));
+                }
+            }
+        }
+        if sv.model == Model::Dynamodb && !sv.schedule.is_empty() {
+            if let Some((at, refill, foreign)) = sv
+                .states_at()
+                .into_iter()
+                .find(|(_, refill, foreign)| foreign >= refill)
+            {
+                return bad(format!(
+                    "server.schedule: from {at} s the other writer takes {foreign} of {refill} units/s: it must take less than the refill in force"
+                ));
             }
         }
         Ok(())

@@ -219,9 +219,14 @@ impl Server {
                     }
                 }
                 Kind::Dynamo(b) => {
-                    if let Some(r) = step.refill_per_s.or(step.capacity) {
-                        b.set_rate((r - self.foreign).max(0.0), at);
+                    let r = step
+                        .refill_per_s
+                        .or(step.capacity)
+                        .unwrap_or(b.rate() + self.foreign);
+                    if let Some(f) = step.foreign_per_s {
+                        self.foreign = f;
                     }
+                    b.set_rate((r - self.foreign).max(0.0), at);
                 }
                 Kind::OnDemand(od) => {
                     if let Some(r) = step.refill_per_s.or(step.capacity) {
@@ -387,6 +392,7 @@ mod tests {
             at_s: 10.0,
             refill_per_s: Some(300.0),
             capacity: None,
+            foreign_per_s: None,
         }];
         let mut sv = Server::new(&c, false);
         assert_eq!(sv.refill(), 100.0, "DescribeTable's maximum");
@@ -462,12 +468,36 @@ mod tests {
             at_s: 10.0,
             refill_per_s: Some(50.0),
             capacity: None,
+            foreign_per_s: None,
         }];
         let mut sv = Server::new(&c, false);
         assert_eq!(sv.refill(), 100.0);
         let (_, off) = sv.totals(s(20.0));
         assert_eq!(sv.refill(), 50.0);
         assert!((off - (100.0 + 1000.0 + 500.0)).abs() < 1e-6, "{off}");
+    }
+
+    #[test]
+    fn a_step_of_the_other_writer_changes_what_is_free_and_the_offered_account() {
+        let mut c = cfg(Model::Dynamodb, None, 200.0);
+        c.foreign_per_s = 150.0;
+        c.schedule = vec![Step {
+            at_s: 10.0,
+            refill_per_s: None,
+            capacity: None,
+            foreign_per_s: Some(0.0),
+        }];
+        let mut sv = Server::new(&c, false);
+        // A full bucket of the 50 free, 10 s of them, 10 s of all 200.
+        let (_, off) = sv.totals(s(20.0));
+        assert_eq!(
+            sv.refill(),
+            200.0,
+            "DescribeTable's capacity is the table's"
+        );
+        assert!((off - (50.0 + 500.0 + 2000.0)).abs() < 1e-6, "{off}");
+        // The bucket refills at the whole capacity now, and holds 1 s of it.
+        assert_eq!(sv.request(&[1.0; 300], &[], s(30.0)).accepted_items(), 200);
     }
 
     #[test]
