@@ -783,6 +783,34 @@ mod tests {
     }
 
     #[test]
+    fn a_step_of_the_other_writer_is_checked() {
+        let with = |step: &str| {
+            MINIMAL
+                .replace("token-bucket", "dynamodb")
+                .replace("capacity = 100\n", "")
+                .replace(
+                    "refill_per_s = 1",
+                    &format!("refill_per_s = 200\n[[server.schedule]]\nat_s = 10\n{step}"),
+                )
+        };
+        assert!(Scenario::parse(&with("foreign_per_s = 150")).is_ok());
+        let err = Scenario::parse(&with("foreign_per_s = 200"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("from 10 s the other writer takes 200 of 200"),
+            "{err}"
+        );
+        let err = Scenario::parse(&with("foreign_per_s = -1"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.schedule[0].foreign_per_s = -1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn an_item_the_server_never_admits_whole_is_an_error() {
         let dynamo = |foreign: u32, credit: u32| {
             MINIMAL
