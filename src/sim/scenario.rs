@@ -119,17 +119,9 @@ impl Server {
         }
     }
 
-    /// (refill, the other writer's units/s) in force from the start and
-    /// after each step, in time order.
-    pub fn states(&self) -> Vec<(f64, f64)> {
-        self.states_at()
-            .into_iter()
-            .map(|(_, r, f)| (r, f))
-            .collect()
-    }
-
-    /// [`Self::states`], each with the time it takes effect (s).
-    fn states_at(&self) -> Vec<(f64, f64, f64)> {
+    /// (from when, s; the refill; the other writer's units/s) in force from
+    /// the start and after each step, in time order.
+    fn states(&self) -> Vec<(f64, f64, f64)> {
         let mut steps = self.schedule.clone();
         steps.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         let mut now = (self.refill_per_s, self.foreign_per_s);
@@ -444,11 +436,11 @@ impl Scenario {
             Model::TokenBucket => Some(sv.bucket_units()),
             Model::Dynamodb if sv.burst_credit_s == 0.0 && sv.refill_per_s > 0.0 => {
                 // The bucket keeps its depth in seconds through the steps.
-                let depth_s = sv.bucket_units() / (sv.refill_per_s - sv.foreign_per_s);
+                let depth_s = sv.capacity.unwrap_or(sv.refill_per_s) / sv.refill_per_s;
                 let least = sv
                     .states()
                     .into_iter()
-                    .map(|(refill, foreign)| (refill - foreign) * depth_s)
+                    .map(|(_, refill, foreign)| (refill - foreign) * depth_s)
                     .fold(f64::INFINITY, f64::min);
                 Some(least)
             }
@@ -559,7 +551,7 @@ impl Scenario {
         }
         if sv.model == Model::Dynamodb && !sv.schedule.is_empty() {
             if let Some((at, refill, foreign)) = sv
-                .states_at()
+                .states()
                 .into_iter()
                 .find(|(_, refill, foreign)| foreign >= refill)
             {
@@ -793,21 +785,28 @@ mod tests {
                     &format!("refill_per_s = 200\n[[server.schedule]]\nat_s = 10\n{step}"),
                 )
         };
+        let refused = |toml: &str, says: &str| {
+            let err = Scenario::parse(toml).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        };
         assert!(Scenario::parse(&with("foreign_per_s = 150")).is_ok());
-        let err = Scenario::parse(&with("foreign_per_s = 200"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("from 10 s the other writer takes 200 of 200"),
-            "{err}"
+        refused(
+            &with("foreign_per_s = 200"),
+            "from 10 s the other writer takes 200 of 200",
         );
-        let err = Scenario::parse(&with("foreign_per_s = -1"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("server.schedule[0].foreign_per_s = -1"),
-            "{err}"
+        refused(
+            &with("foreign_per_s = -1"),
+            "server.schedule[0].foreign_per_s = -1",
         );
+        // The largest item against the smallest bucket over the steps: the
+        // other writer's step leaves 2 units of the 1 s bucket (no burst
+        // credit), less than an item of 5.
+        let five = |toml: String| toml.replace("count = 2", "count = 2\ncost = 5");
+        refused(
+            &five(with("foreign_per_s = 198")),
+            "an item of 5 units can never be written",
+        );
+        assert!(Scenario::parse(&five(with("foreign_per_s = 190"))).is_ok());
     }
 
     #[test]
