@@ -965,6 +965,35 @@ fn a_worker_alone_under_a_heavy_neighbour_is_its_own_job() {
     }
 }
 
+/// One worker alone under a neighbour writing 150 of a 200 WCU/s table,
+/// at the line: its requests, no larger than the table had shown it
+/// admits at once, were answered in part every few seconds, and each such
+/// answer was read as a size signal that cut nothing (the rate was over
+/// what its window accepted only by the pacer's burst). Once refusals
+/// repeat, such an answer cuts a lone worker's rate (`ALONE_CUT_REFUSED`):
+/// seeds 1-8, on a 1 s bucket 11.07% -> 5.61% of requests throttled at
+/// 97.1% -> 97.0% of what is free (mean; least seed 95.7% -> 96.2%), on a
+/// 0.5 s bucket 5.39% -> 3.38% at 96.8% -> 97.2% (94.8% -> 95.5%).
+#[test]
+fn a_worker_alone_at_the_line_cuts_on_partial_answers() {
+    for (bucket, most) in [(100.0, 0.045), (200.0, 0.08)] {
+        let mut sc = sim::load(&scenario("heavy-neighbour")).unwrap();
+        sc.server.capacity = Some(bucket);
+        sc.clients.count = 1;
+        let (scores, throttled) = default_over(sc, 8);
+        let (least, mean) = spread(&scores);
+        assert!(
+            throttled <= most,
+            "a {bucket}-unit bucket: {:.2}% throttled",
+            100.0 * throttled
+        );
+        assert!(
+            mean >= 0.95 && least >= 0.93,
+            "a {bucket}-unit bucket: of what is free mean {mean:.3}, least {least:.3}"
+        );
+    }
+}
+
 /// A job kept together under another writer settles even where the table
 /// reads as shallow (its requests shrink in the bucket the writer keeps
 /// low), unless a settle fails: throttles that follow the rate down are
