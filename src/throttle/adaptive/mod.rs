@@ -683,16 +683,21 @@ impl Adaptive {
     /// What other writers took of the table before its capacity changed
     /// (see `STEP_FLOOR`), at `now`, in units/s: its capacity then less
     /// what this worker was given over the last `settle_s` over its share
-    /// then. None unless the table showed another writer lately (a settle
-    /// within `settle_max_s`, the first since the last capacity change
-    /// begun `STEP_SHOWN_S` before), is not split with other ingest jobs
+    /// then. None before a whole `settle_s` of answers, or unless the
+    /// table showed another writer lately (a settle within `settle_max_s`,
+    /// the first since the last capacity change begun `STEP_SHOWN_S`
+    /// before), is not split with other ingest jobs
     /// (their parts are in the share already), and gave this worker under
     /// `STEP_GIVEN_UNDER` of its fair share.
     fn others_took(&self, now: Duration) -> Option<f64> {
         let (c, e) = self.capacity.zip(self.expected)?;
         let given = self.lately.rate_so_far(now);
         let shown = Duration::from_secs_f64(STEP_SHOWN_S);
+        let lately = Duration::from_secs_f64(self.cfg.settle_s);
         (!self.jobs_split
+            && self
+                .first_seen
+                .is_some_and(|f| now.saturating_sub(f) >= lately)
             && self.settled_lately(now)
             && self
                 .settled_first
