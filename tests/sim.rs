@@ -1169,3 +1169,27 @@ fn a_capacity_drop_leaves_another_writer_its_traffic() {
         );
     }
 }
+
+/// ... and a rise gives the job what the new capacity leaves the other
+/// writer's traffic, not the old rate scaled: after 100 -> 300 WCU/s with
+/// the neighbour at 60, three workers scaled from 13 units/s each took 137
+/// of the 240 free in the first 10 s (seeds 1-8), at 219 so.
+#[test]
+fn a_capacity_rise_takes_what_another_writer_leaves() {
+    let mut sc = sim::load(&scenario("capacity-step-neighbour")).unwrap();
+    sc.strategies
+        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
+    let mut units = 0.0;
+    for seed in 1..=8 {
+        sc.seed = seed;
+        let r = sim::run(&sc).unwrap();
+        let (_, attempts) = run_of(&r, "adaptive");
+        units += attempts
+            .iter()
+            .filter(|a| (240.0..250.0).contains(&a.t_s))
+            .map(|a| a.accepted_units)
+            .sum::<f64>();
+    }
+    let rate = units / 8.0 / 10.0;
+    assert!(rate >= 0.85 * 240.0, "{rate:.1} units/s of the 240 free");
+}
