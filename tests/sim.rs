@@ -1131,6 +1131,30 @@ fn jobs_that_do_not_split_send_no_beats_to_keep_together_by() {
     }
 }
 
+/// The default's answers to requests sent within `window` (seconds) of
+/// `name`'s scenario with `clients` clients, seeds 1-8: (refused, requests,
+/// units accepted).
+fn default_in_window(name: &str, clients: usize, window: std::ops::Range<f64>) -> (u64, u64, f64) {
+    let mut sc = sim::load(&scenario(name)).unwrap();
+    sc.clients.count = clients;
+    sc.strategies
+        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
+    let mut sum = (0, 0, 0.0);
+    for seed in 1..=8 {
+        sc.seed = seed;
+        let r = sim::run(&sc).unwrap();
+        let (_, attempts) = run_of(&r, "adaptive");
+        for a in attempts.iter().filter(|a| window.contains(&a.t_s)) {
+            sum = (
+                sum.0 + u64::from(a.throttled),
+                sum.1 + 1,
+                sum.2 + a.accepted_units,
+            );
+        }
+    }
+    sum
+}
+
 /// A capacity drop on a table another writer shares leaves that writer its
 /// traffic (`STEP_FLOOR` in `throttle::adaptive`): the table at 200 -> 100
 /// WCU/s with a neighbour writing 60 (`capacity-step-neighbour.toml`) leaves
@@ -1141,22 +1165,9 @@ fn jobs_that_do_not_split_send_no_beats_to_keep_together_by() {
 /// capacity leaves, with as much written (about 40 units/s).
 #[test]
 fn a_capacity_drop_leaves_another_writer_its_traffic() {
-    let mut sc = sim::load(&scenario("capacity-step-neighbour")).unwrap();
-    sc.strategies
-        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
     for (clients, most) in [(1, 0.05), (3, 0.12)] {
-        sc.clients.count = clients;
-        let (mut refused, mut requests, mut units) = (0, 0, 0.0);
-        for seed in 1..=8 {
-            sc.seed = seed;
-            let r = sim::run(&sc).unwrap();
-            let (_, attempts) = run_of(&r, "adaptive");
-            for a in attempts.iter().filter(|a| (120.0..240.0).contains(&a.t_s)) {
-                requests += 1;
-                refused += u64::from(a.throttled);
-                units += a.accepted_units;
-            }
-        }
+        let (refused, requests, units) =
+            default_in_window("capacity-step-neighbour", clients, 120.0..240.0);
         let share = refused as f64 / requests as f64;
         let rate = units / 8.0 / 120.0;
         assert!(
@@ -1176,20 +1187,7 @@ fn a_capacity_drop_leaves_another_writer_its_traffic() {
 /// of the 240 free in the first 10 s (seeds 1-8), at 219 so.
 #[test]
 fn a_capacity_rise_takes_what_another_writer_leaves() {
-    let mut sc = sim::load(&scenario("capacity-step-neighbour")).unwrap();
-    sc.strategies
-        .retain(|s| s.get("label").is_none() && s["name"].as_str() == Some("adaptive"));
-    let mut units = 0.0;
-    for seed in 1..=8 {
-        sc.seed = seed;
-        let r = sim::run(&sc).unwrap();
-        let (_, attempts) = run_of(&r, "adaptive");
-        units += attempts
-            .iter()
-            .filter(|a| (240.0..250.0).contains(&a.t_s))
-            .map(|a| a.accepted_units)
-            .sum::<f64>();
-    }
+    let (_, _, units) = default_in_window("capacity-step-neighbour", 3, 240.0..250.0);
     let rate = units / 8.0 / 10.0;
     assert!(rate >= 0.85 * 240.0, "{rate:.1} units/s of the 240 free");
 }

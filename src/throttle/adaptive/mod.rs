@@ -430,8 +430,8 @@ const LONE_LINE_DEEP_S: f64 = 0.125;
 /// 200 -> 100 -> 300 WCU/s with a neighbour writing 60
 /// (`capacity-step-neighbour.toml`), three workers asked 98 units/s of the
 /// 40 left, and their partial answers there, far under their shares, read
-/// as size signals that cut nothing: 21% of the requests of the phase at
-/// 100 were refused, for 100 s. On a rise the rate scaled by the capacity's
+/// as size signals that cut nothing: 23.5% of the requests of the phase
+/// at 100 were refused (seeds 1-8), for 100 s. On a rise the rate scaled by the capacity's
 /// ratio from 13 units/s took 40 of the 240 free at first.
 const STEP_FLOOR: f64 = 0.25;
 const STEP_FLOOR_ALONE: f64 = 0.05;
@@ -713,11 +713,8 @@ impl Adaptive {
         };
         let same_capacity =
             self.expected.is_some() && self.capacity.is_some_and(|p| (c / p - 1.0).abs() < 0.01);
-        let others = if same_capacity || self.capacity.is_none() {
-            None
-        } else {
-            self.others_took(now)
-        };
+        // Before the new capacity is taken (`others_took` reads the old).
+        let others = (!same_capacity).then(|| self.others_took(now)).flatten();
         self.capacity = Some(c);
         let share = share.unwrap_or(1.0);
         if share.is_nan() || share <= 0.0 {
